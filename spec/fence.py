@@ -1,0 +1,122 @@
+"""The fence: what may enter the tree once a prefetch is terminated.
+
+The decision (spec/decision.py) answers "may we stop waiting?". The fence
+answers the safety question separately and applies under every policy,
+best_effort included: terminate stops IO that has not started, excludes IO
+that has, and only then exposes slots to the tree.
+
+Order of a commit, on every rank:
+  1. under the operation's lock: mark it terminated (no IO starts after this)
+     and snapshot its per-pool progress and in-flight IO (F1, F2);
+  2. committable pages = min(KV pages, pages of every ALL_PAGES pool) (F3);
+  3. one MIN collective agrees the committed pages across ranks (F3, S4);
+  4. insert the committed pages of KV and every ALL_PAGES pool; attach a
+     TRAILING_PAGES state only if it was loaded for exactly that length (F4);
+  5. free every other slot whose IO is not in flight now; a slot with IO in
+     flight is freed by whoever ends that IO, never before (F5, F9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Sequence
+
+from spec.errors import ConfigError
+
+COMMIT_COLLECTIVE = "commit_min"
+HIT_COLLECTIVE = "hit_min"
+
+
+class HitPolicy(str, Enum):
+    """How much of an extra pool a hit needs."""
+
+    ALL_PAGES = "all_pages"  # every page of the hit must be present (e.g. an indexer)
+    TRAILING_PAGES = "trailing_pages"  # only the state at the last page matters (e.g. mamba)
+
+
+@dataclass(frozen=True)
+class PoolProgress:
+    """One extra pool's progress at terminate.
+
+    For ALL_PAGES pools, completed_pages counts leading pages loaded.
+    For TRAILING_PAGES pools, completed_pages is the hit length (in pages)
+    whose trailing state was loaded, or 0 when none was.
+    """
+
+    name: str
+    hit_policy: HitPolicy
+    completed_pages: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hit_policy", HitPolicy(self.hit_policy))
+        if isinstance(self.completed_pages, bool) or not isinstance(self.completed_pages, int) or self.completed_pages < 0:
+            raise ConfigError(f"{self.name}.completed_pages", self.completed_pages, "an integer >= 0")
+
+
+def committable_pages(kv_completed_pages: int, pools: Iterable[PoolProgress] = ()) -> int:
+    """F3: the longest prefix whose KV and every ALL_PAGES pool are loaded on this rank."""
+    if isinstance(kv_completed_pages, bool) or not isinstance(kv_completed_pages, int) or kv_completed_pages < 0:
+        raise ConfigError("kv_completed_pages", kv_completed_pages, "an integer >= 0")
+    pages = kv_completed_pages
+    for pool in pools:
+        if pool.hit_policy is HitPolicy.ALL_PAGES:
+            pages = min(pages, pool.completed_pages)
+    return pages
+
+
+def agreed_pages(per_rank: Sequence[int]) -> int:
+    """F3/S4: every rank commits the MIN of the ranks' committable pages."""
+    if not per_rank:
+        raise ConfigError("per_rank", list(per_rank), "one committable page count per rank, at least one")
+    return min(per_rank)
+
+
+def trailing_attached(pool: PoolProgress, committed_pages: int) -> bool:
+    """F4: a trailing state is attached only if it belongs to exactly the committed length."""
+    if pool.hit_policy is not HitPolicy.TRAILING_PAGES:
+        raise ConfigError("hit_policy", pool.hit_policy.value, "trailing_pages")
+    return committed_pages > 0 and pool.completed_pages == committed_pages
+
+
+# A rank that no longer tracks an operation joins the commit collective with 0:
+# nobody commits data that one rank cannot vouch for (X4, S4).
+UNTRACKED_COMMIT_PAGES = 0
+
+
+@dataclass(frozen=True)
+class SlotDisposition:
+    """Where each allocated slot of one pool goes at commit."""
+
+    insert: tuple[int, ...]
+    free_now: tuple[int, ...]
+    free_when_io_ends: tuple[int, ...]
+
+
+def dispose_slots(
+    slots_by_page: Sequence[Sequence[int]],
+    inserted_pages: int,
+    in_flight: Iterable[int],
+) -> SlotDisposition:
+    """F5: split one pool's slots into inserted, freed now, and freed after their IO ends.
+
+    slots_by_page lists the pool's slots page by page, in hit order. Pages
+    beyond inserted_pages are freed, except slots with IO in flight, which
+    are freed only once that IO ends. An inserted slot with IO in flight is a
+    contract breach (F3 counts only finished pages) and raises.
+    """
+    busy = set(in_flight)
+    insert: list[int] = []
+    now: list[int] = []
+    later: list[int] = []
+    for index, page in enumerate(slots_by_page):
+        for slot in page:
+            if index < inserted_pages:
+                if slot in busy:
+                    raise ConfigError("inserted slot", slot, "a slot with no IO in flight (F3 counts only finished pages)")
+                insert.append(slot)
+            elif slot in busy:
+                later.append(slot)
+            else:
+                now.append(slot)
+    return SlotDisposition(tuple(insert), tuple(now), tuple(later))

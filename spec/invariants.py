@@ -1,0 +1,464 @@
+"""Invariants as predicates over recorded traces.
+
+Each checker takes every rank's trace and yields Violations that name the
+clause, the event and the slot. `check` runs the requested checkers; a test
+asserts the result is empty, or, for a known-bad implementation, that it names
+the expected clause.
+
+Slot identity is (rank, pool, space, slot). Op-owned slots follow a lifecycle
+free -> op -> (tree | free); slots never seen in an ALLOC are not tracked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from spec.config import Policy, TerminationConfig
+from spec.decision import VOTE_COLLECTIVE, collectives_per_check, decide, local_vote, vote_clause
+from spec.errors import ConfigError
+from spec.timeout import is_timed_out, timeout_budget
+from spec.trace import LOAD, Event, EventKind, Trace
+
+
+@dataclass(frozen=True)
+class Violation:
+    clause: str
+    message: str
+    event: Event | None = None
+    slot: int | None = None
+
+    def __str__(self) -> str:
+        where = f" at {self.event.describe()}" if self.event is not None else ""
+        slot = f" slot {self.slot}" if self.slot is not None else ""
+        return f"{self.clause}: {self.message}{slot}{where}"
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    traces: Mapping[int, Trace]
+    config: TerminationConfig | None
+    closed: bool
+
+
+Checker = Callable[[CheckContext], Iterator[Violation]]
+SlotKey = tuple  # (pool, space, slot)
+
+
+def _slot_keys(event: Event) -> Iterator[tuple[SlotKey, int]]:
+    for slot in event.slots:
+        yield (event.pool, event.space, slot), slot
+
+
+def _ended(kind: EventKind) -> bool:
+    return kind in (EventKind.TERMINATE, EventKind.REVOKE)
+
+
+# --- safety ------------------------------------------------------------------
+
+def check_s1(ctx: CheckContext) -> Iterator[Violation]:
+    """S1: no insert or load-back of a slot with IO in flight or still able to start."""
+    for trace in ctx.traces.values():
+        open_io: dict[SlotKey, set[int]] = defaultdict(set)
+        owner: dict[SlotKey, str] = {}
+        stopped: set[str] = set()
+        for e in trace.events:
+            if e.kind is EventKind.IO_START:
+                for key, _ in _slot_keys(e):
+                    open_io[key].add(e.io)
+            elif e.kind is EventKind.IO_END:
+                for key, _ in _slot_keys(e):
+                    open_io[key].discard(e.io)
+            elif e.kind is EventKind.ALLOC and e.op is not None:
+                for key, _ in _slot_keys(e):
+                    owner[key] = e.op
+            elif _ended(e.kind):
+                stopped.add(e.op)
+            elif e.kind in (EventKind.INSERT, EventKind.LOAD_BACK):
+                action = "inserted" if e.kind is EventKind.INSERT else "loaded back"
+                space = e.space or "host"
+                for slot in e.slots:
+                    key = (e.pool, space, slot)
+                    if open_io[key]:
+                        ios = ",".join(str(i) for i in sorted(open_io[key]))
+                        yield Violation("S1", f"{action} while IO {ios} into it is in flight", e, slot)
+                    op = owner.get(key)
+                    if op is not None and op not in stopped:
+                        yield Violation("S1", f"{action} before operation {op} was terminated (its IO may still start)", e, slot)
+                    if e.kind is EventKind.INSERT:
+                        owner.pop(key, None)
+
+
+def check_s2(ctx: CheckContext) -> Iterator[Violation]:
+    """S2: no IO of an operation starts after it was terminated or revoked."""
+    for trace in ctx.traces.values():
+        stopped: dict[str, Event] = {}
+        for e in trace.events:
+            if _ended(e.kind) and e.op not in stopped:
+                stopped[e.op] = e
+            elif e.kind is EventKind.IO_START and e.op in stopped:
+                yield Violation("S2", f"IO started after #{stopped[e.op].seq} {stopped[e.op].kind.value} of {e.op}", e)
+
+
+def check_s3(ctx: CheckContext) -> Iterator[Violation]:
+    """S3: each op slot ends exactly once, in the tree or freed; never freed with IO in flight."""
+    for trace in ctx.traces.values():
+        open_io: dict[SlotKey, set[int]] = defaultdict(set)
+        state: dict[SlotKey, str | None] = {}  # None free, "tree", or the owning op
+        allocated_at: dict[SlotKey, Event] = {}
+        for e in trace.events:
+            if e.kind is EventKind.IO_START:
+                for key, _ in _slot_keys(e):
+                    open_io[key].add(e.io)
+            elif e.kind is EventKind.IO_END:
+                for key, _ in _slot_keys(e):
+                    open_io[key].discard(e.io)
+            elif e.kind is EventKind.ALLOC:
+                for key, slot in _slot_keys(e):
+                    if state.get(key) is not None:
+                        yield Violation("S3", f"allocated while still held by {_holder(state[key])}", e, slot)
+                    state[key] = e.op if e.op is not None else "tree"
+                    allocated_at[key] = e
+            elif e.kind is EventKind.INSERT:
+                for key, slot in _slot_keys(e):
+                    if key not in state:
+                        continue
+                    if state[key] != e.op:
+                        yield Violation("S3", f"inserted by {e.op} but held by {_holder(state[key])}", e, slot)
+                    state[key] = "tree"
+            elif e.kind is EventKind.FREE:
+                for key, slot in _slot_keys(e):
+                    if open_io[key]:
+                        ios = ",".join(str(i) for i in sorted(open_io[key]))
+                        yield Violation("S3", f"freed while IO {ios} into or out of it is in flight", e, slot)
+                    if key not in state:
+                        continue
+                    expected = e.op if e.op is not None else "tree"
+                    if state[key] != expected:
+                        yield Violation("S3", f"freed as {_holder(expected)} but held by {_holder(state[key])}", e, slot)
+                    state[key] = None
+        if ctx.closed:
+            for key, holder in state.items():
+                if holder is not None and holder != "tree":
+                    yield Violation("S3", f"never inserted nor freed by {holder} (leaked)", allocated_at[key], key[2])
+
+
+def _holder(holder: str | None) -> str:
+    if holder is None:
+        return "nobody (already free)"
+    return "the tree" if holder == "tree" else f"operation {holder}"
+
+
+def check_s4(ctx: CheckContext) -> Iterator[Violation]:
+    """S4: every rank commits the same length for an operation (a revoke commits 0)."""
+    commits: dict[str, dict[int, tuple[int, Event]]] = defaultdict(dict)
+    for rank, trace in ctx.traces.items():
+        for e in trace.events:
+            if e.kind is EventKind.COMMIT:
+                commits[e.op][rank] = (int(e.value), e)
+            elif e.kind is EventKind.REVOKE and rank not in commits[e.op]:
+                commits[e.op][rank] = (0, e)
+    for op, by_rank in commits.items():
+        lengths = {length for length, _ in by_rank.values()}
+        if len(lengths) > 1:
+            detail = ", ".join(f"rank {r}: {by_rank[r][0]}" for r in sorted(by_rank))
+            rank = max(by_rank, key=lambda r: by_rank[r][0])
+            yield Violation("S4", f"ranks committed different lengths for {op} ({detail})", by_rank[rank][1])
+        elif ctx.closed and len(by_rank) < len(ctx.traces):
+            missing = sorted(set(ctx.traces) - set(by_rank))
+            first = next(iter(by_rank.values()))[1]
+            yield Violation("S4", f"{op} was committed on some ranks but never on ranks {missing}", first)
+
+
+def check_s5(ctx: CheckContext) -> Iterator[Violation]:
+    """S5: loaded-back bytes equal the stored bytes, page by page, in every pool."""
+    for trace in ctx.traces.values():
+        stored: dict[str, str] = {}
+        for e in trace.events:
+            if e.kind is EventKind.PAGE_WRITE:
+                stored.update(zip(e.keys, e.digests))
+            elif e.kind is EventKind.LOAD_BACK:
+                for index, (key, digest) in enumerate(zip(e.keys, e.digests)):
+                    if key in stored and stored[key] != digest:
+                        slot = e.slots[index] if index < len(e.slots) else None
+                        yield Violation("S5", f"loaded-back bytes of page {key} differ from the stored bytes", e, slot)
+
+
+# --- fence -------------------------------------------------------------------
+
+def check_f3(ctx: CheckContext) -> Iterator[Violation]:
+    """F3: an op slot enters the tree only after a successful load into it has ended."""
+    for trace in ctx.traces.values():
+        loaded: set[SlotKey] = set()
+        pending: dict[int, Event] = {}
+        for e in trace.events:
+            if e.kind is EventKind.ALLOC:
+                for key, _ in _slot_keys(e):
+                    loaded.discard(key)
+            elif e.kind is EventKind.IO_START and e.value == LOAD:
+                pending[e.io] = e
+            elif e.kind is EventKind.IO_END and e.io in pending and e.value:
+                for key, _ in _slot_keys(pending.pop(e.io)):
+                    loaded.add(key)
+            elif e.kind is EventKind.INSERT and e.op is not None:
+                for key, slot in _slot_keys(e):
+                    if key not in loaded:
+                        yield Violation("F3", f"inserted by {e.op} without a completed load of its bytes", e, slot)
+
+
+# --- decision and combine, as recorded -------------------------------------
+
+def _votes(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
+    votes: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
+    for rank, trace in ctx.traces.items():
+        for e in trace.events:
+            if e.kind is EventKind.VOTE:
+                votes[(e.op, e.step)][rank] = e
+    return votes
+
+
+def _terminates(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
+    out: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
+    for rank, trace in ctx.traces.items():
+        for e in trace.events:
+            if e.kind is EventKind.TERMINATE and e.step is not None:
+                out[(e.op, e.step)][rank] = e
+    return out
+
+
+def check_decision(ctx: CheckContext) -> Iterator[Violation]:
+    """D1-D5: every recorded vote equals the spec's vote for the state it recorded."""
+    for trace in ctx.traces.values():
+        for e in trace.events:
+            if e.kind is EventKind.VOTE and e.state is not None and bool(e.value) != local_vote(e.state):
+                yield Violation(vote_clause(e.state), f"voted {bool(e.value)} where the spec votes {local_vote(e.state)}", e)
+
+
+def check_x1(ctx: CheckContext) -> Iterator[Violation]:
+    """X1: a check terminates iff every rank voted yes or any rank had terminated."""
+    terminates = _terminates(ctx)
+    for (op, step), by_rank in _votes(ctx).items():
+        if len(by_rank) < len(ctx.traces) or any(v.state is None for v in by_rank.values()):
+            continue
+        states = [by_rank[r].state for r in sorted(by_rank)]
+        expected = decide(states)
+        for rank, vote in by_rank.items():
+            got = rank in terminates.get((op, step), {})
+            if got != expected:
+                verb = "terminated" if got else "did not terminate"
+                yield Violation("X1", f"{verb} {op} at step {step}; the combine of every rank's vote says {expected}", vote)
+
+
+def check_x2(ctx: CheckContext) -> Iterator[Violation]:
+    """X2: one vote collective per check under wait_complete and timeout, none under best_effort."""
+    for trace in ctx.traces.values():
+        counts: dict[tuple[str, int], int] = defaultdict(int)
+        for e in trace.events:
+            if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.step is not None:
+                counts[(e.op, e.step)] += 1
+        for e in trace.events:
+            if e.kind is EventKind.VOTE and e.state is not None:
+                want = collectives_per_check(e.state.policy)
+                got = counts.get((e.op, e.step), 0)
+                if got != want:
+                    yield Violation("X2", f"{got} vote collectives in this check; {e.state.policy.value} needs {want}", e)
+
+
+# --- liveness ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _OpInfo:
+    policy: Policy
+    start: float
+    page_size: int
+
+
+def _op_infos(ctx: CheckContext) -> dict[str, _OpInfo]:
+    out: dict[str, _OpInfo] = {}
+    for trace in ctx.traces.values():
+        for e in trace.events:
+            if e.kind is EventKind.OP_START and e.op not in out:
+                value = e.value or {}
+                out[e.op] = _OpInfo(
+                    policy=Policy.parse(value.get("policy")),
+                    start=float(value.get("start", e.t)),
+                    page_size=int(value.get("page_size", 1)),
+                )
+    return out
+
+
+def check_l1(ctx: CheckContext) -> Iterator[Violation]:
+    """L1: wait_complete ends at the first check after all IO ended, committing the whole hit when IO succeeded."""
+    infos = _op_infos(ctx)
+    troubled = _ops_with(ctx, lambda e: e.kind is EventKind.REVOKE or (e.kind is EventKind.IO_END and e.op is not None and not e.value))
+    for trace in ctx.traces.values():
+        done: set[str] = set()
+        ended: set[str] = set()
+        for e in trace.events:
+            info = infos.get(e.op)
+            if info is None or info.policy is not Policy.WAIT_COMPLETE:
+                continue
+            if e.kind is EventKind.IO_DONE:
+                done.add(e.op)
+            elif _ended(e.kind):
+                ended.add(e.op)
+            elif e.kind is EventKind.VOTE and e.op in done and e.op not in ended:
+                peers_done = all(_io_done_before_step(t, e.op, e.step) for t in ctx.traces.values())
+                if peers_done and not _terminated_at(trace, e.op, e.step):
+                    yield Violation("L1", f"all IO of {e.op} had ended on every rank, yet this check did not terminate it", e)
+            elif e.kind is EventKind.COMMIT and e.op not in troubled:
+                want = _agreed_hit_pages(ctx, e.op)
+                if want is not None and int(e.value) != want * info.page_size:
+                    yield Violation(
+                        "L1",
+                        f"wait_complete committed {e.value} tokens of {e.op}; all its IO succeeded, so it must commit the whole hit ({want * info.page_size})",
+                        e,
+                    )
+
+
+def _ops_with(ctx: CheckContext, predicate: Callable[[Event], bool]) -> set[str]:
+    return {e.op for t in ctx.traces.values() for e in t.events if e.op is not None and predicate(e)}
+
+
+def _agreed_hit_pages(ctx: CheckContext, op: str) -> int | None:
+    """MIN over ranks of each rank's last HIT for op; None if a rank has none."""
+    pages: list[int] = []
+    for trace in ctx.traces.values():
+        hits = [int(e.value) for e in trace.events if e.kind is EventKind.HIT and e.op == op]
+        if not hits:
+            return None
+        pages.append(hits[-1])
+    return min(pages)
+
+
+def _io_done_before_step(trace: Trace, op: str, step: int) -> bool:
+    seen_done = False
+    for e in trace.events:
+        if e.kind is EventKind.IO_DONE and e.op == op:
+            seen_done = True
+        elif e.kind is EventKind.VOTE and e.op == op and e.step == step:
+            return seen_done
+        elif _ended(e.kind) and e.op == op:
+            return True
+    return False
+
+
+def _terminated_at(trace: Trace, op: str, step: int) -> bool:
+    return any(
+        (e.kind is EventKind.TERMINATE and e.op == op and e.step is not None and e.step <= step)
+        or (e.kind is EventKind.REVOKE and e.op == op)
+        for e in trace.events
+    )
+
+
+def check_l2(ctx: CheckContext) -> Iterator[Violation]:
+    """L2: under timeout, a rank past its deadline votes yes; a check where every rank is past it terminates."""
+    if ctx.config is None:
+        return
+    infos = _op_infos(ctx)
+    past: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
+    for rank, trace in ctx.traces.items():
+        hit: dict[str, int] = {}
+        for e in trace.events:
+            if e.kind is EventKind.HIT:
+                hit[e.op] = int(e.value)
+            elif e.kind is EventKind.VOTE and e.op in infos and infos[e.op].policy is Policy.TIMEOUT:
+                start = infos[e.op].start
+                budget = timeout_budget(ctx.config, hit.get(e.op, 0))
+                if is_timed_out(start, e.t, budget):
+                    past[(e.op, e.step)][rank] = e
+                    if not e.value:
+                        yield Violation("L2", f"voted no {e.t - start:.6g}s after start, past its {budget:.6g}s budget", e)
+    terminates = _terminates(ctx)
+    for (op, step), by_rank in past.items():
+        if len(by_rank) == len(ctx.traces):
+            for rank, vote in by_rank.items():
+                if rank not in terminates.get((op, step), {}):
+                    yield Violation("L2", f"every rank was past the deadline of {op} at step {step}, yet it was not terminated", vote)
+
+
+def check_l3(ctx: CheckContext) -> Iterator[Violation]:
+    """L3: every rank runs the same collectives, in the same order, per check and per operation."""
+    if len(ctx.traces) < 2:
+        return
+    per_step: dict[int, dict[int, list[tuple[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
+    per_op: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    first: dict[tuple, Event] = {}
+    for rank, trace in ctx.traces.items():
+        for e in trace.events:
+            if e.kind is not EventKind.COLLECTIVE:
+                continue
+            if e.step is not None:
+                per_step[e.step][rank].append((e.value, e.op))
+                first.setdefault(("step", e.step, rank), e)
+            else:
+                per_op[e.op][rank].append(e.value)
+                first.setdefault(("op", e.op, rank), e)
+    ranks = sorted(ctx.traces)
+    for step, by_rank in sorted(per_step.items()):
+        reference = by_rank.get(ranks[0], [])
+        for rank in ranks[1:]:
+            if by_rank.get(rank, []) != reference:
+                event = first.get(("step", step, rank)) or first.get(("step", step, ranks[0]))
+                yield Violation(
+                    "L3",
+                    f"step {step}: rank {rank} ran collectives {_fmt(by_rank.get(rank, []))}, rank {ranks[0]} ran {_fmt(reference)}",
+                    event,
+                )
+    for op, by_rank in per_op.items():
+        reference = by_rank.get(ranks[0], [])
+        for rank in ranks[1:]:
+            if by_rank.get(rank, []) != reference:
+                event = first.get(("op", op, rank)) or first.get(("op", op, ranks[0]))
+                yield Violation("L3", f"operation {op}: rank {rank} ran {by_rank.get(rank, [])}, rank {ranks[0]} ran {reference}", event)
+
+
+def _fmt(calls: Sequence[tuple[str, str | None]]) -> str:
+    return "[" + ", ".join(f"{name}({op})" for name, op in calls) + "]"
+
+
+CHECKERS: dict[str, Checker] = {
+    "S1": check_s1,
+    "S2": check_s2,
+    "S3": check_s3,
+    "S4": check_s4,
+    "S5": check_s5,
+    "F3": check_f3,
+    "D": check_decision,
+    "X1": check_x1,
+    "X2": check_x2,
+    "L1": check_l1,
+    "L2": check_l2,
+    "L3": check_l3,
+}
+
+
+def check(
+    traces: Trace | Iterable[Trace],
+    config: TerminationConfig | None = None,
+    *,
+    clauses: Iterable[str] | None = None,
+    closed: bool = True,
+) -> list[Violation]:
+    """Run the checkers (all by default) over every rank's trace.
+
+    closed=True means every operation in the traces has finished, so slots
+    still held are leaks.
+    """
+    if isinstance(traces, Trace):
+        traces = [traces]
+    by_rank: dict[int, Trace] = {}
+    for trace in traces:
+        if trace.rank in by_rank:
+            raise ConfigError("rank", trace.rank, "one trace per rank")
+        by_rank[trace.rank] = trace
+    selected = list(CHECKERS) if clauses is None else list(clauses)
+    for name in selected:
+        if name not in CHECKERS:
+            raise ConfigError("clauses", name, "one of " + ", ".join(CHECKERS))
+    ctx = CheckContext(traces=by_rank, config=config, closed=closed)
+    out: list[Violation] = []
+    for name in selected:
+        out.extend(CHECKERS[name](ctx))
+    return out

@@ -1,0 +1,319 @@
+"""Each invariant: a hand-built trace that holds, and one that violates it and is caught."""
+
+import pytest
+
+from spec import DecisionState, EventKind as K, ManualClock, Policy, TerminationConfig, TraceRecorder, check
+from spec.decision import VOTE_COLLECTIVE
+from spec.fence import COMMIT_COLLECTIVE, HIT_COLLECTIVE
+from spec.trace import HOST, LOAD, LOAD_BACK_COPY, DEVICE, page_digest
+
+PAGE = 2
+CFG = TerminationConfig(policy="wait_complete", page_size=PAGE, timeout_base_s=1.0, timeout_per_ki_token_s=0.0, timeout_max_s=1.0)
+KV = (0, 1, 2, 3)
+
+
+class Run:
+    """Writes one rank's trace of one two-page prefetch with an indexer pool."""
+
+    def __init__(self, rank=0, clock=None, policy="wait_complete", op="r1"):
+        self.clock = clock or ManualClock()
+        self.rec = TraceRecorder(self.clock, rank=rank)
+        self.op = op
+        self.policy = Policy.parse(policy)
+        self.step = 0
+
+    def r(self, kind, **kw):
+        kw.setdefault("op", self.op)
+        return self.rec.record(kind, **kw)
+
+    def start(self, pages=2):
+        self.r(K.OP_START, value={"policy": self.policy.value, "start": self.clock.now(), "page_size": PAGE, "requested_pages": pages})
+        self.r(K.ALLOC, pool="kv", space=HOST, slots=KV)
+        self.r(K.ALLOC, pool="indexer", space=HOST, slots=KV)
+        self.r(K.COLLECTIVE, value=HIT_COLLECTIVE)
+        self.r(K.HIT, value=pages)
+        return self
+
+    def io(self, pool, slots, ok=True, end=True):
+        io = self.rec.next_io_id()
+        self.r(K.IO_START, pool=pool, space=HOST, slots=slots, io=io, value=LOAD)
+        if end:
+            self.r(K.IO_END, pool=pool, space=HOST, slots=slots, io=io, value=ok)
+        return io
+
+    def end_io(self, io, pool, slots, ok=True):
+        self.r(K.IO_END, pool=pool, space=HOST, slots=slots, io=io, value=ok)
+
+    def load_all(self):
+        self.io("kv", KV)
+        self.io("indexer", KV)
+        self.r(K.IO_DONE)
+        return self
+
+    def state(self, completed=4, pools_done=True, timed_out=False, terminated=False, hit=2):
+        return DecisionState(self.policy, PAGE, hit, completed, timed_out, True, pools_done, terminated)
+
+    def check_step(self, vote, state, terminate, tokens=4, collectives=True):
+        self.step += 1
+        s = self.step
+        self.r(K.STEP, op=None, step=s)
+        self.r(K.VOTE, step=s, value=vote, state=state)
+        if collectives and self.policy.uses_collective:
+            self.r(K.COLLECTIVE, step=s, value=VOTE_COLLECTIVE)
+        if terminate:
+            self.r(K.TERMINATE, step=s, value=state.completed_tokens)
+            self.r(K.COLLECTIVE, step=s, value=COMMIT_COLLECTIVE)
+            self.r(K.COMMIT, step=s, value=tokens)
+        return self
+
+    def insert(self, pools=("kv", "indexer"), slots=KV):
+        for pool in pools:
+            self.r(K.INSERT, pool=pool, space=HOST, slots=slots)
+        return self
+
+    def trace(self):
+        return self.rec.trace()
+
+
+def good_run(**kw):
+    run = Run(**kw).start().load_all()
+    run.check_step(True, run.state(), terminate=True).insert()
+    return run
+
+
+def clauses_of(violations):
+    return {v.clause for v in violations}
+
+
+def test_a_conforming_trace_has_no_violations():
+    assert check(good_run().trace(), CFG) == []
+
+
+def test_two_conforming_ranks_have_no_violations():
+    assert check([good_run(rank=0).trace(), good_run(rank=1).trace()], CFG) == []
+
+
+def test_s1_insert_while_pool_io_in_flight():
+    run = Run().start()
+    run.io("kv", KV)
+    io = run.io("indexer", KV, end=False)  # the extra get is still writing
+    run.check_step(True, run.state(pools_done=True), terminate=True).insert()
+    run.end_io(io, "indexer", KV)
+    violations = check(run.trace(), CFG, clauses=["S1"])
+    assert clauses_of(violations) == {"S1"}
+    assert any("in flight" in v.message and v.slot == 0 and v.event.pool == "indexer" for v in violations)
+
+
+def test_s1_insert_before_terminate():
+    run = Run().start().load_all()
+    run.insert()
+    violations = check(run.trace(), CFG, clauses=["S1"])
+    assert violations and "before operation r1 was terminated" in violations[0].message
+
+
+def test_s1_load_back_under_io():
+    run = good_run()
+    io = run.rec.next_io_id()
+    run.r(K.IO_START, op=None, pool="kv", space=HOST, slots=(0, 1), io=io, value=LOAD)
+    run.r(K.LOAD_BACK, op=None, pool="kv", space=HOST, slots=(0, 1), keys=("k0",), digests=("d",))
+    assert clauses_of(check(run.trace(), CFG, clauses=["S1"])) == {"S1"}
+
+
+def test_s2_io_after_terminate():
+    run = Run().start()
+    run.io("kv", KV)
+    run.check_step(True, run.state(), terminate=True, tokens=0)
+    run.io("indexer", KV)  # the extra get starts after terminate (window 2)
+    run.r(K.FREE, pool="indexer", space=HOST, slots=KV)
+    run.r(K.FREE, pool="kv", space=HOST, slots=KV)
+    violations = check(run.trace(), CFG, clauses=["S2"])
+    assert clauses_of(violations) == {"S2"} and violations[0].event.kind is K.IO_START
+
+
+def test_s2_io_after_revoke():
+    run = Run().start()
+    run.r(K.REVOKE, value="short_hit")
+    run.io("kv", KV)
+    assert clauses_of(check(run.trace(), CFG, clauses=["S2"])) == {"S2"}
+
+
+def test_s3_free_under_io():
+    run = Run().start()
+    io = run.io("kv", KV, end=False)
+    run.r(K.TERMINATE, step=None, value=0)
+    run.r(K.FREE, pool="kv", space=HOST, slots=KV)
+    run.end_io(io, "kv", KV)
+    run.r(K.FREE, pool="indexer", space=HOST, slots=KV)
+    violations = check(run.trace(), CFG, clauses=["S3"])
+    assert violations and all("freed while IO" in v.message for v in violations)
+    assert [v.slot for v in violations] == list(KV)
+
+
+def test_s3_leak_and_double_end():
+    run = Run().start().load_all()
+    run.check_step(True, run.state(), terminate=True).insert(pools=("kv",))
+    leaked = check(run.trace(), CFG, clauses=["S3"])
+    assert {v.slot for v in leaked} == set(KV) and all("leaked" in v.message for v in leaked)
+    assert check(run.trace(), CFG, clauses=["S3"], closed=False) == []
+    run.insert(pools=("indexer",))
+    run.r(K.FREE, pool="indexer", space=HOST, slots=(0,))  # freed by the op after the tree took it
+    double = check(run.trace(), CFG, clauses=["S3"])
+    assert len(double) == 1 and "held by the tree" in double[0].message
+
+
+def test_s3_slot_handed_out_twice():
+    run = Run().start()
+    run.r(K.ALLOC, op="r2", pool="kv", space=HOST, slots=(3,))
+    violations = check(run.trace(), CFG, clauses=["S3"], closed=False)
+    assert len(violations) == 1 and "allocated while still held by operation r1" in violations[0].message
+
+
+def test_s4_ranks_commit_different_lengths():
+    a = good_run(rank=0)
+    b = Run(rank=1).start().load_all()
+    b.check_step(True, b.state(), terminate=True, tokens=2).insert(slots=(0, 1))
+    b.r(K.FREE, pool="kv", space=HOST, slots=(2, 3))
+    b.r(K.FREE, pool="indexer", space=HOST, slots=(2, 3))
+    violations = check([a.trace(), b.trace()], CFG, clauses=["S4"])
+    assert len(violations) == 1 and "rank 0: 4, rank 1: 2" in violations[0].message
+
+
+def test_s4_commit_missing_on_a_rank():
+    a = good_run(rank=0)
+    b = Run(rank=1).start()
+    violations = check([a.trace(), b.trace()], CFG, clauses=["S4"])
+    assert violations and "never on ranks [1]" in violations[0].message
+
+
+def test_s5_loaded_bytes_must_equal_stored_bytes():
+    run = good_run()
+    run.r(K.PAGE_WRITE, op=None, pool="kv", keys=("aa", "bb"), digests=(page_digest(b"x"), page_digest(b"y")))
+    run.r(K.LOAD_BACK, op=None, pool="kv", space=HOST, slots=(0, 2), keys=("aa", "bb"), digests=(page_digest(b"x"), page_digest(b"y")))
+    assert check(run.trace(), CFG, clauses=["S5"]) == []
+    run.r(K.LOAD_BACK, op=None, pool="kv", space=HOST, slots=(0, 2), keys=("aa", "bb"), digests=(page_digest(b"x"), page_digest(b"garbage")))
+    violations = check(run.trace(), CFG, clauses=["S5"])
+    assert len(violations) == 1 and violations[0].slot == 2 and "bb" in violations[0].message
+
+
+def test_f3_insert_without_a_completed_load():
+    run = Run().start()
+    run.io("kv", KV)
+    run.io("indexer", KV, ok=False)  # the sidecar came back short
+    run.r(K.IO_DONE)
+    run.check_step(True, run.state(), terminate=True).insert()
+    violations = check(run.trace(), CFG, clauses=["F3"])
+    assert {v.event.pool for v in violations} == {"indexer"} and len(violations) == 4
+
+
+def test_decision_clause_named_for_a_wrong_vote():
+    run = Run().start()
+    run.io("kv", KV)
+    run.check_step(True, run.state(pools_done=False), terminate=False)
+    violations = check(run.trace(), CFG, clauses=["D"])
+    assert clauses_of(violations) == {"D3"}
+
+
+def test_x1_one_rank_terminates_alone():
+    a = Run(rank=0).start().load_all()
+    a.check_step(True, a.state(), terminate=True).insert()
+    b = Run(rank=1).start()
+    b.io("kv", KV)
+    b.check_step(False, b.state(pools_done=False), terminate=False)
+    violations = check([a.trace(), b.trace()], CFG, clauses=["X1"])
+    assert len(violations) == 1 and violations[0].event.rank == 0 and "terminated r1 at step 1" in violations[0].message
+
+
+def test_x1_peer_terminated_forces_everyone():
+    a = Run(rank=0).start()
+    a.check_step(False, a.state(completed=0, pools_done=False), terminate=False)
+    b = Run(rank=1).start()
+    b.check_step(False, b.state(completed=0, pools_done=False, terminated=True), terminate=True, tokens=0)
+    violations = check([a.trace(), b.trace()], CFG, clauses=["X1"])
+    assert len(violations) == 1 and violations[0].event.rank == 0 and "did not terminate" in violations[0].message
+
+
+def test_x2_collective_count():
+    run = Run().start().load_all()
+    run.check_step(True, run.state(), terminate=True, collectives=False).insert()
+    violations = check(run.trace(), CFG, clauses=["X2"])
+    assert len(violations) == 1 and "0 vote collectives" in violations[0].message
+    be = Run(policy="best_effort").start().load_all()
+    be.check_step(True, be.state(), terminate=True).insert()
+    assert check(be.trace(), CFG, clauses=["X2"]) == []
+    be.r(K.COLLECTIVE, step=1, value=VOTE_COLLECTIVE)
+    assert check(be.trace(), CFG, clauses=["X2"])[0].message.startswith("1 vote collectives")
+
+
+def test_l1_wait_complete_must_end_after_io():
+    run = Run().start().load_all()
+    run.check_step(False, run.state(), terminate=False)
+    violations = check(run.trace(), CFG, clauses=["L1"], closed=False)
+    assert len(violations) == 1 and "did not terminate" in violations[0].message
+
+
+def test_l1_wait_complete_must_commit_the_whole_hit():
+    run = Run().start().load_all()
+    run.check_step(True, run.state(), terminate=True, tokens=2).insert(slots=(0, 1))
+    violations = check(run.trace(), CFG, clauses=["L1"], closed=False)
+    assert len(violations) == 1 and "must commit the whole hit (4)" in violations[0].message
+
+
+def test_l1_does_not_demand_the_whole_hit_after_io_failure():
+    run = Run().start()
+    run.io("kv", (0, 1))
+    run.io("kv", (2, 3), ok=False)
+    run.r(K.HIT, value=1)  # trimmed
+    run.io("indexer", (0, 1))
+    run.r(K.IO_DONE)
+    run.check_step(True, run.state(completed=2, hit=1), terminate=True, tokens=2).insert(slots=(0, 1))
+    assert check(run.trace(), CFG, clauses=["L1"], closed=False) == []
+
+
+def test_l2_vote_past_the_deadline():
+    clock = ManualClock()
+    run = Run(clock=clock, policy="timeout").start()
+    clock.advance(1.0)  # exactly at the 1.0 s budget: not yet timed out
+    run.check_step(False, run.state(completed=0, pools_done=False), terminate=False)
+    assert check(run.trace(), CFG, clauses=["L2"]) == []
+    clock.advance(0.5)
+    run.check_step(False, run.state(completed=0, pools_done=False, timed_out=False), terminate=False)
+    violations = check(run.trace(), CFG, clauses=["L2"])
+    assert {v.message.split(" ")[0] for v in violations} == {"voted", "every"}
+
+
+def test_l3_ranks_run_different_collectives():
+    a = good_run(rank=0)
+    b = Run(rank=1).start().load_all()
+    b.check_step(True, b.state(), terminate=True).insert()
+    b.r(K.COLLECTIVE, step=1, value=VOTE_COLLECTIVE, op="r9")  # an extra, rank-local check
+    violations = check([a.trace(), b.trace()], CFG, clauses=["L3"])
+    assert len(violations) == 1 and "step 1: rank 1" in violations[0].message
+
+
+def test_violation_names_clause_event_and_slot():
+    run = Run().start()
+    run.io("kv", KV)
+    io = run.io("indexer", KV, end=False)
+    run.check_step(True, run.state(), terminate=True).insert()
+    text = str(check(run.trace(), CFG, clauses=["S1"])[0])
+    assert text.startswith("S1: inserted while IO")
+    assert "slot 0" in text and "insert" in text and "pool indexer" in text
+
+
+def test_unknown_checker_is_rejected():
+    with pytest.raises(ValueError, match="clauses"):
+        check(good_run().trace(), CFG, clauses=["S9"])
+
+
+def test_duplicate_rank_traces_rejected():
+    with pytest.raises(ValueError, match="one trace per rank"):
+        check([good_run().trace(), good_run().trace()], CFG)
+
+
+def test_device_space_io_guards_load_back():
+    run = good_run()
+    io = run.rec.next_io_id()
+    run.r(K.IO_START, op=None, pool="kv", space=DEVICE, slots=(5,), io=io, value=LOAD_BACK_COPY)
+    run.r(K.FREE, op=None, pool="kv", space=DEVICE, slots=(5,))
+    violations = check(run.trace(), CFG, clauses=["S3"])
+    assert len(violations) == 1 and violations[0].slot == 5
