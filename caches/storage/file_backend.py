@@ -1,0 +1,214 @@
+"""A storage backend that keeps one file per page under a root directory.
+
+Layout: ``<root>/<first two hex digits>/<key>`` (256 subdirectories keep each
+directory small). A file is a 16-byte header (magic, format version, payload
+length) followed by the raw page bytes, so a truncated or foreign file is a
+miss, not a hit. Writes go to a temporary file in the same directory and are
+published with ``os.replace`` (atomic), so a reader sees either nothing or a
+whole page. POSIX only (uses ``os.readv``/``os.writev``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import struct
+from pathlib import Path
+
+import torch
+
+from caches.core.pools import tensor_bytes_view
+from caches.storage.base import StorageBackend, StorageConfigError, validate_key
+
+__all__ = ["FileStorage", "FILE_MAGIC", "FILE_FORMAT_VERSION", "FILE_HEADER"]
+
+FILE_MAGIC = b"HCPG"
+FILE_FORMAT_VERSION = 1
+# magic, format version, reserved (0), payload length in bytes
+FILE_HEADER = struct.Struct("<4sHHQ")
+
+_O_BINARY = getattr(os, "O_BINARY", 0)
+
+
+def _read_fully(fd: int, buffers: list[memoryview], enough: int) -> int:
+    """Fill ``buffers`` in order from ``fd``; bytes read.
+
+    Stops at EOF or once ``enough`` bytes arrived: the buffers past ``enough``
+    only catch extra bytes, which a regular file delivers in the same call.
+    """
+    views = [view for view in buffers if len(view)]
+    total = 0
+    while views and total < enough:
+        count = os.readv(fd, views)
+        if count == 0:
+            break
+        total += count
+        while views and count >= len(views[0]):
+            count -= len(views[0])
+            views.pop(0)
+        if views and count:
+            views[0] = views[0][count:]
+    return total
+
+
+def _write_fully(fd: int, buffers: list[memoryview]) -> None:
+    views = [view for view in buffers if len(view)]
+    while views:
+        count = os.writev(fd, views)
+        while views and count >= len(views[0]):
+            count -= len(views[0])
+            views.pop(0)
+        if views and count:
+            views[0] = views[0][count:]
+
+
+class FileStorage(StorageBackend):
+    """One file per page under ``root``; safe for concurrent readers and writers.
+
+    ``fsync=True`` flushes each page to disk before publishing it; without it a
+    crash can leave a short file, which the header check turns into a miss.
+    """
+
+    def __init__(self, root: Path | str, *, fsync: bool = False) -> None:
+        super().__init__()
+        if not isinstance(root, (str, Path)) or str(root) == "":
+            raise StorageConfigError(
+                f"storage root {root!r} is invalid: expected a non-empty path (str or Path)"
+            )
+        if not isinstance(fsync, bool):
+            raise StorageConfigError(f"fsync={fsync!r} is invalid: expected True or False")
+        self.root = Path(root)
+        self._fsync = fsync
+        self._root_str = os.fspath(self.root)
+        self._prepare_root()
+
+    def _unusable(self, reason: str) -> StorageConfigError:
+        return StorageConfigError(f"storage root '{self.root}' is unusable: {reason}")
+
+    def _prepare_root(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise self._unusable("it exists and is not a directory")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unusable(
+                f"cannot create it ({type(exc).__name__}: {exc.strerror or exc})"
+            ) from None
+        # Permission bits alone do not tell (ACLs, read-only mounts, root):
+        # creating and removing a real file does.
+        probe = os.path.join(self._root_str, f".probe-{os.getpid()}-{secrets.token_hex(6)}")
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o644)
+            try:
+                os.write(fd, b"probe")
+            finally:
+                os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise self._unusable(
+                f"cannot create and remove a file in it "
+                f"({type(exc).__name__}: {exc.strerror or exc})"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"FileStorage('{self.root}')"
+
+    def _path(self, key: str) -> str:
+        # Plain concatenation: keys are validated, and this runs once per page.
+        return f"{self._root_str}{os.sep}{key[:2]}{os.sep}{key}"
+
+    def path_for(self, key: str) -> Path:
+        """Where ``key``'s page is (or would be) stored."""
+        return Path(self._path(validate_key(key)))
+
+    def _contains(self, key: str) -> bool:
+        return os.path.exists(self._path(key))
+
+    def _get_one(self, key: str, target: torch.Tensor) -> bool:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY | _O_BINARY)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self.record_fault(key, f"cannot open page file: {type(exc).__name__}: {exc}")
+            return False
+        header = memoryview(bytearray(FILE_HEADER.size))
+        payload = tensor_bytes_view(target)
+        # One byte past the expected end tells a longer file from an exact one.
+        overflow = memoryview(bytearray(1))
+        try:
+            total = _read_fully(fd, [header, payload, overflow], len(header) + len(payload))
+        except OSError as exc:
+            self.record_fault(key, f"read failed: {type(exc).__name__}: {exc}")
+            return False
+        finally:
+            os.close(fd)
+        reason = self._check_read(total, header, len(payload))
+        if reason is not None:
+            self.record_fault(key, reason)
+            return False
+        return True
+
+    @staticmethod
+    def _check_read(total: int, header: memoryview, expected: int) -> str | None:
+        """Why a read page cannot be used, or None when it is whole and fits."""
+        if total < FILE_HEADER.size:
+            return f"truncated header: file holds {total} bytes, header needs {FILE_HEADER.size}"
+        magic, version, _reserved, length = FILE_HEADER.unpack(header)
+        if magic != FILE_MAGIC:
+            return f"foreign file: magic {bytes(magic)!r}, expected {FILE_MAGIC!r}"
+        if version != FILE_FORMAT_VERSION:
+            return f"unsupported format version {version}, expected {FILE_FORMAT_VERSION}"
+        if length != expected:
+            return f"size mismatch: stored page is {length} bytes, target holds {expected}"
+        payload_read = total - FILE_HEADER.size
+        if payload_read < length:
+            return f"truncated payload: {payload_read} of {length} bytes present"
+        if payload_read > length:
+            return f"trailing bytes after the {length}-byte payload"
+        return None
+
+    def _set_one(self, key: str, source: torch.Tensor) -> bool:
+        final = self._path(key)
+        directory = os.path.dirname(final)
+        temp = os.path.join(directory, f".{key}.{secrets.token_hex(8)}.tmp")
+        payload = tensor_bytes_view(source)
+        header = memoryview(
+            FILE_HEADER.pack(FILE_MAGIC, FILE_FORMAT_VERSION, 0, len(payload))
+        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
+        try:
+            try:
+                fd = os.open(temp, flags, 0o644)
+            except FileNotFoundError:
+                os.makedirs(directory, exist_ok=True)
+                fd = os.open(temp, flags, 0o644)
+            try:
+                _write_fully(fd, [header, payload])
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            # Same content under the same key: a concurrent writer that wins
+            # the race publishes an identical, complete file.
+            os.replace(temp, final)
+        except OSError as exc:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            self.record_fault(key, f"write failed: {type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    def remove(self, keys: list[str]) -> int:
+        """Delete the given keys (eviction, tests); returns how many existed."""
+        self._check_open()
+        removed = 0
+        for key in [validate_key(key) for key in keys]:
+            try:
+                os.unlink(self._path(key))
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
