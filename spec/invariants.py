@@ -19,7 +19,7 @@ from spec.config import Policy, TerminationConfig
 from spec.decision import VOTE_COLLECTIVE, collectives_per_check, decide, local_vote, vote_clause
 from spec.errors import ConfigError
 from spec.timeout import is_timed_out, timeout_budget
-from spec.trace import LOAD, Event, EventKind, Trace
+from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,9 @@ def check_s1(ctx: CheckContext) -> Iterator[Violation]:
         stopped: set[str] = set()
         for e in trace.events:
             if e.kind is EventKind.IO_START:
+                if e.value == LOAD_BACK_COPY and e.space == HOST:
+                    # The copy to the device is the load-back: its source must be quiet.
+                    yield from _exposed(e, "loaded back", open_io, owner, stopped)
                 for key, _ in _slot_keys(e):
                     open_io[key].add(e.io)
             elif e.kind is EventKind.IO_END:
@@ -75,19 +78,22 @@ def check_s1(ctx: CheckContext) -> Iterator[Violation]:
                     owner[key] = e.op
             elif _ended(e.kind):
                 stopped.add(e.op)
-            elif e.kind in (EventKind.INSERT, EventKind.LOAD_BACK):
-                action = "inserted" if e.kind is EventKind.INSERT else "loaded back"
-                space = e.space or "host"
-                for slot in e.slots:
-                    key = (e.pool, space, slot)
-                    if open_io[key]:
-                        ios = ",".join(str(i) for i in sorted(open_io[key]))
-                        yield Violation("S1", f"{action} while IO {ios} into it is in flight", e, slot)
-                    op = owner.get(key)
-                    if op is not None and op not in stopped:
-                        yield Violation("S1", f"{action} before operation {op} was terminated (its IO may still start)", e, slot)
-                    if e.kind is EventKind.INSERT:
-                        owner.pop(key, None)
+            elif e.kind is EventKind.INSERT:
+                yield from _exposed(e, "inserted", open_io, owner, stopped)
+                for key, _ in _slot_keys(e):
+                    owner.pop(key, None)
+
+
+def _exposed(e: Event, action: str, open_io: Mapping, owner: Mapping, stopped: set) -> Iterator[Violation]:
+    for slot in e.slots:
+        key = (e.pool, e.space or HOST, slot)
+        others = sorted(i for i in open_io.get(key, ()) if i != e.io)
+        if others:
+            ios = ",".join(str(i) for i in others)
+            yield Violation("S1", f"{action} while IO {ios} into it is in flight", e, slot)
+        op = owner.get(key)
+        if op is not None and op not in stopped:
+            yield Violation("S1", f"{action} before operation {op} was terminated (its IO may still start)", e, slot)
 
 
 def check_s2(ctx: CheckContext) -> Iterator[Violation]:
@@ -191,15 +197,16 @@ def check_f3(ctx: CheckContext) -> Iterator[Violation]:
     """F3: an op slot enters the tree only after a successful load into it has ended."""
     for trace in ctx.traces.values():
         loaded: set[SlotKey] = set()
-        pending: dict[int, Event] = {}
+        load_ios: set[int] = set()
         for e in trace.events:
             if e.kind is EventKind.ALLOC:
                 for key, _ in _slot_keys(e):
                     loaded.discard(key)
             elif e.kind is EventKind.IO_START and e.value == LOAD:
-                pending[e.io] = e
-            elif e.kind is EventKind.IO_END and e.io in pending and e.value:
-                for key, _ in _slot_keys(pending.pop(e.io)):
+                load_ios.add(e.io)
+            elif e.kind is EventKind.IO_END and e.io in load_ios and e.value:
+                # An IO may end in parts (the pages that arrived, the pages that failed).
+                for key, _ in _slot_keys(e):
                     loaded.add(key)
             elif e.kind is EventKind.INSERT and e.op is not None:
                 for key, slot in _slot_keys(e):
@@ -251,7 +258,13 @@ def check_x1(ctx: CheckContext) -> Iterator[Violation]:
 
 
 def check_x2(ctx: CheckContext) -> Iterator[Violation]:
-    """X2: one vote collective per check under wait_complete and timeout, none under best_effort."""
+    """X2: one vote collective per check under wait_complete and timeout, none under best_effort.
+
+    Checked on multi-rank traces only: with one rank there is nobody to disagree with,
+    and implementations may skip the no-op reduce.
+    """
+    if len(ctx.traces) < 2:
+        return
     for trace in ctx.traces.values():
         counts: dict[tuple[str, int], int] = defaultdict(int)
         for e in trace.events:

@@ -128,6 +128,8 @@ Gate = Callable[[Event], None]
 class TraceRecorder:
     """Thread-safe, append-only event log for one rank, stamped by an injected clock."""
 
+    enabled = True  # False: callers may skip work done only to fill events (digests)
+
     def __init__(self, clock: Clock | None = None, *, rank: int = 0) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ConfigError("rank", rank, "an integer >= 0")
@@ -178,6 +180,8 @@ class TraceRecorder:
 
 class NullRecorder(TraceRecorder):
     """Records nothing: for benchmarks and production, where tracing costs too much."""
+
+    enabled = False
 
     def record(self, kind: EventKind, **fields: Any) -> Event:  # noqa: D401 - same contract
         return _NULL_EVENT

@@ -1,0 +1,139 @@
+"""The built-in caches as conformance adapters.
+
+They satisfy conformance/adapter.py's protocol structurally, without importing
+the harness: caches depend on spec only. Registered as entry points in
+pyproject.toml, so the harness finds them like any third-party adapter.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from caches.config import CacheConfig
+from caches.core.cache_base import HierarchicalCache
+from caches.registry import cache_class
+from spec.decision import DecisionState
+
+# Small elements keep the suite fast; shapes and dtypes still differ per pool.
+KV_ELEM = (2, 4)
+INDEXER_ELEM = (3,)
+STATE_ELEM = (6,)
+
+
+@dataclass(frozen=True)
+class LoadedPrefix:
+    tokens: int
+    data: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+def config_for(env: Any) -> CacheConfig:
+    t = env.termination
+    return CacheConfig(
+        page_size=t.page_size,
+        device=env.device,
+        device_pages=env.device_pages,
+        host_pages=env.host_pages,
+        state_device_slots=env.state_slots,
+        state_host_slots=env.state_slots * 2,
+        kv_elem_shape=KV_ELEM,
+        indexer_elem_shape=INDEXER_ELEM,
+        state_elem_shape=STATE_ELEM,
+        extra_pools=tuple(env.extra_pools),
+        write_policy=env.write_policy,
+        prefetch_policy=t.policy.value,
+        timeout_base_s=t.timeout_base_s,
+        timeout_per_ki_token_s=t.timeout_per_ki_token_s,
+        timeout_max_s=t.timeout_max_s,
+        storage_backend="file",
+        storage_path=str(env.storage_dir),
+        storage_batch_pages=env.batch_pages,
+        prefetch_threshold_pages=env.threshold_pages,
+        wait_timeout_s=env.wait_timeout_s,
+    )
+
+
+class CacheSession:
+    """One cache instance behind the harness's CacheUnderTest protocol."""
+
+    def __init__(self, cache: HierarchicalCache) -> None:
+        self.cache = cache
+        self.pools = {spec.name: spec for spec in cache.specs}
+
+    def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
+        self.cache.write(tokens, data)
+
+    def flush(self) -> None:
+        self.cache.flush()
+
+    def evict_all(self) -> None:
+        self.cache.evict_all()
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
+        m = self.cache.match_prefix(tokens)
+        return m.device_hit_tokens, m.host_hit_tokens
+
+    def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
+        return self.cache.prefetch_from_storage(request_id, tokens)
+
+    def wait_prefetch_io(self, request_id: str) -> None:
+        self.cache.wait_prefetch_io(request_id)
+
+    def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
+        return self.cache.check_prefetch_progress(request_ids)
+
+    def abort(self, request_id: str) -> None:
+        self.cache.release_aborted_request(request_id)
+
+    def load_back(self, tokens: Sequence[int]) -> LoadedPrefix:
+        m = self.cache.match_prefix(tokens)
+        if m.host_hit_tokens:
+            self.cache.load_back(m.host_node)
+            m = self.cache.match_prefix(tokens)
+        data = self.cache.read_device(m.device_slots, state_node=m.device_node)
+        return LoadedPrefix(tokens=m.device_hit_tokens, data=data)
+
+    def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
+        return self.cache.make_probe_operation(state, start_time=start_time)
+
+    def can_terminate(self, operation: Any) -> bool:
+        return self.cache.can_terminate_prefetch(operation)
+
+    def slot_accounting(self) -> Mapping[str, tuple[int, int, int]]:
+        return self.cache.slot_accounting()
+
+    def threads(self) -> Sequence[threading.Thread]:
+        return self.cache.threads()
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+@dataclass(frozen=True)
+class BuiltinAdapter:
+    name: str
+    default_extra_pools: tuple[str, ...]
+    capabilities: frozenset[str]
+
+    def create(self, env: Any) -> CacheSession:
+        cls = cache_class(self.name)
+        cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)
+        return CacheSession(cache)
+
+
+_COMMON = frozenset({"multi_rank", "held_copies"})
+
+
+def hiradix() -> BuiltinAdapter:
+    return BuiltinAdapter("hiradix", ("indexer",), _COMMON | {"pool:indexer"})
+
+
+def unified_radix() -> BuiltinAdapter:
+    return BuiltinAdapter("unified_radix", ("indexer", "mamba"), _COMMON | {"pool:indexer", "pool:mamba"})
+
+
+def hi_mamba_radix() -> BuiltinAdapter:
+    return BuiltinAdapter("hi_mamba_radix", ("mamba",), _COMMON | {"pool:mamba"})

@@ -1,0 +1,129 @@
+"""One validated configuration for every cache.
+
+Built from keyword arguments or a mapping (a TOML table, CLI options); every
+bad field raises spec's ConfigError naming the field, the value and what is
+accepted. Unknown fields are errors, never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import torch
+
+from spec.config import Policy, TerminationConfig, require_positive_int
+from spec.errors import ConfigError
+
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+STORAGE_BACKENDS = ("file", "memory")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+EXTRA_POOLS = ("indexer", "mamba")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    page_size: int = 16
+    device: str = "cpu"
+    device_pages: int = 64
+    host_pages: int = 128
+    state_device_slots: int = 32
+    state_host_slots: int = 64
+    kv_elem_shape: tuple[int, ...] = (2, 16)
+    indexer_elem_shape: tuple[int, ...] = (8,)
+    state_elem_shape: tuple[int, ...] = (32,)
+    dtype: str = "float32"
+    extra_pools: tuple[str, ...] = ()
+    write_policy: str = "write_through"
+    prefetch_policy: str = "best_effort"
+    timeout_base_s: float = 2.0
+    timeout_per_ki_token_s: float = 0.1
+    timeout_max_s: float = 30.0
+    storage_backend: str = "file"
+    storage_path: str | None = None
+    storage_batch_pages: int = 4
+    prefetch_threshold_pages: int = 1
+    prefetch_capacity_tokens: int = 8192
+    load_back_min_tokens: int = 0
+    wait_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("page_size", "device_pages", "host_pages", "state_device_slots", "state_host_slots",
+                     "storage_batch_pages", "prefetch_threshold_pages", "prefetch_capacity_tokens"):
+            require_positive_int(name, getattr(self, name))
+        if isinstance(self.load_back_min_tokens, bool) or not isinstance(self.load_back_min_tokens, int) or self.load_back_min_tokens < 0:
+            raise ConfigError("load_back_min_tokens", self.load_back_min_tokens, "an integer >= 0")
+        for name in ("kv_elem_shape", "indexer_elem_shape", "state_elem_shape"):
+            object.__setattr__(self, name, _shape(name, getattr(self, name)))
+        _one_of("dtype", self.dtype, tuple(DTYPES))
+        _one_of("write_policy", self.write_policy, WRITE_POLICIES)
+        _one_of("storage_backend", self.storage_backend, STORAGE_BACKENDS)
+        object.__setattr__(self, "extra_pools", _extra_pools(self.extra_pools))
+        object.__setattr__(self, "device", _device(self.device))
+        if self.storage_backend == "file" and not self.storage_path:
+            raise ConfigError("storage_path", self.storage_path, "a directory path when storage_backend is 'file'")
+        wait = self.wait_timeout_s
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait <= 0:
+            raise ConfigError("wait_timeout_s", wait, "a finite number > 0")
+        # Validates the policy and the timeout fields (spec clauses C1, C2).
+        self.termination  # noqa: B018
+
+    @property
+    def termination(self) -> TerminationConfig:
+        return TerminationConfig(
+            policy=Policy.parse(self.prefetch_policy, "prefetch_policy"),
+            page_size=self.page_size,
+            timeout_base_s=self.timeout_base_s,
+            timeout_per_ki_token_s=self.timeout_per_ki_token_s,
+            timeout_max_s=self.timeout_max_s,
+        )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "CacheConfig":
+        known = [f.name for f in fields(cls)]
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(key, value, "a known field: " + ", ".join(known))
+        return cls(**dict(values))
+
+    def replace(self, **changes: Any) -> "CacheConfig":
+        return type(self).from_mapping({**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+
+def _shape(field: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)) and value and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value):
+        return tuple(value)
+    raise ConfigError(field, value, "a non-empty sequence of integers > 0")
+
+
+def _one_of(field: str, value: Any, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise ConfigError(field, value, "one of " + ", ".join(repr(a) for a in accepted))
+
+
+def _extra_pools(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError("extra_pools", value, "a list drawn from " + ", ".join(repr(p) for p in EXTRA_POOLS))
+    for pool in value:
+        if pool not in EXTRA_POOLS:
+            raise ConfigError("extra_pools", pool, "pools drawn from " + ", ".join(repr(p) for p in EXTRA_POOLS))
+    if len(set(value)) != len(value):
+        raise ConfigError("extra_pools", list(value), "each pool at most once")
+    return tuple(value)
+
+
+def _device(value: Any) -> str:
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", value, "a torch device string such as 'cpu' or 'cuda:0'") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", value, "a 'cpu' or 'cuda[:N]' device")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", value, "a visible device: torch sees no CUDA device here")
+    return str(device)

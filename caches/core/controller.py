@@ -1,0 +1,272 @@
+"""The storage controller: background threads that move pages to and from L3.
+
+- prefetch thread: hit query, cross-rank MIN of the hit, then trim or revoke;
+- IO thread: KV pages batch by batch (publishing progress), then every extra
+  pool in one multi-pool get, then the done flag;
+- backup thread: host pages to storage, acknowledged through a callback.
+
+Every IO is begun and ended through the PrefetchOperation, which owns the
+lock the fence depends on. A trace gate may hold any IO (a test releases
+it) or raise (a fault): a raise is a failed transfer, never a crashed thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from caches.core.operation import PoolPlan, PrefetchOperation
+from caches.core.pools import PoolSet, tensor_bytes_view
+from caches.core.reducer import Reducer
+from caches.storage import PoolTransfer, StorageBackend, pool_key
+from spec.fence import HIT_COLLECTIVE, HitPolicy
+from spec.trace import BACKUP, HOST, EventKind, TraceRecorder, page_digest
+
+_STOP = object()
+
+
+@dataclass
+class BackupJob:
+    """Host pages of one tree node to write to storage.
+
+    pages: one page hash per page; slots[pool]: that pool's host slots, page by
+    page for token pools, or one slot (the state at the last page) for state pools.
+    """
+
+    node_id: int
+    hashes: list[str]
+    slots: dict[str, torch.Tensor]
+    per_page: dict[str, bool]
+    results: dict[str, list[bool]] = field(default_factory=dict)
+    node: object = None  # the tree node to unpin once acknowledged
+
+
+@dataclass(frozen=True)
+class ControllerFault:
+    where: str
+    request_id: str | None
+    error: str
+
+
+class StorageController:
+    def __init__(
+        self,
+        *,
+        name: str,
+        storage: StorageBackend,
+        host_pools: PoolSet,
+        page_size: int,
+        trace: TraceRecorder,
+        hit_reducer: Reducer,
+        batch_pages: int,
+        threshold_pages: int,
+        on_backup_done: Callable[[BackupJob], None],
+    ) -> None:
+        self.name = name
+        self.storage = storage
+        self.host_pools = host_pools
+        self.page_size = page_size
+        self.trace = trace
+        self.hit_reducer = hit_reducer
+        self.batch_pages = batch_pages
+        self.threshold_pages = threshold_pages
+        self.on_backup_done = on_backup_done
+        self.faults: list[ControllerFault] = []
+        self._faults_lock = threading.Lock()
+        self._queues = {"prefetch": queue.Queue(), "io": queue.Queue(), "backup": queue.Queue()}
+        self.threads = [
+            threading.Thread(target=self._loop, args=(kind, work), name=f"{name}-{kind}", daemon=True)
+            for kind, work in (("prefetch", self._hit_query), ("io", self._load), ("backup", self._backup))
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    # --- the scheduler's side ---------------------------------------------
+
+    def submit_prefetch(self, op: PrefetchOperation) -> None:
+        self._queues["prefetch"].put(op)
+
+    def submit_backup(self, job: BackupJob) -> None:
+        self._queues["backup"].put(job)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop every thread; raise naming any thread that did not stop in time."""
+        for q in self._queues.values():
+            q.put(_STOP)
+        stuck = []
+        for thread in self.threads:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                stuck.append(thread.name)
+        if stuck:
+            raise TimeoutError(f"{', '.join(stuck)} did not stop within {timeout_s}s (held in a gate, a storage call or a collective)")
+
+    def fault_list(self) -> list[ControllerFault]:
+        with self._faults_lock:
+            return list(self.faults)
+
+    # --- thread bodies -------------------------------------------------------
+
+    def _loop(self, kind: str, work: Callable[[object], None]) -> None:
+        q = self._queues[kind]
+        while True:
+            item = q.get()
+            if item is _STOP:
+                return
+            try:
+                work(item)
+            except Exception as exc:  # a bug must not kill the thread silently
+                self._fault(kind, getattr(item, "request_id", None), exc)
+                if isinstance(item, PrefetchOperation):
+                    item.revoke("error")
+                    item.finish_transfers()
+
+    def _fault(self, where: str, request_id: str | None, exc: BaseException) -> None:
+        with self._faults_lock:
+            self.faults.append(ControllerFault(where, request_id, f"{type(exc).__name__}: {exc}"))
+
+    def _hit_query(self, op: PrefetchOperation) -> None:
+        local = 0
+        if not op.is_terminated():
+            try:
+                local = self._count_hit(op)
+            except Exception as exc:
+                self._fault("hit_query", op.request_id, exc)
+        # Every rank joins the MIN for every queued operation, whatever its local state (L3).
+        agreed = self.hit_reducer.all_reduce_min([local], name=HIT_COLLECTIVE, op=op.request_id)[0]
+        if agreed < self.threshold_pages:
+            op.revoke("short_hit")
+            op.finish_transfers()
+        elif op.set_hit(agreed):
+            self._queues["io"].put(op)
+
+    def _count_hit(self, op: PrefetchOperation) -> int:
+        hashes = op.requested_hashes
+        hit = self.storage.exists_prefix(hashes)
+        for plan in op.pool_transfers:
+            if plan.hit_policy is HitPolicy.ALL_PAGES and hit:
+                hit = min(hit, self.storage.exists_prefix([pool_key(h, plan.pool) for h in hashes[:hit]]))
+        return hit
+
+    def _load(self, op: PrefetchOperation) -> None:
+        ps = self.page_size
+        hashes = list(op.progress().hash_value)
+        kv_plan = op.plan("kv")
+        loaded = 0
+        for first in range(0, len(hashes), self.batch_pages):
+            last = min(len(hashes), first + self.batch_pages)
+            slots = kv_plan.slots[first * ps : last * ps].tolist()
+            start = op.begin_io("kv", slots)
+            if start is None:
+                break
+            ok = self._get(op, start, "kv", hashes[first:last], slots[::ps], ps)
+            arrived = _leading(ok)
+            live = op.end_io(start, "kv", slots[: arrived * ps], slots[arrived * ps :], tokens=arrived * ps)
+            loaded += arrived
+            if not live or arrived < last - first:
+                break
+        if not op.is_terminated():
+            if loaded == 0:
+                op.revoke("io_failed")
+            else:
+                op.trim_hit(loaded)
+                if op.pool_transfers:
+                    self._load_extras(op, hashes[:loaded])
+        op.finish_transfers()
+
+    def _load_extras(self, op: PrefetchOperation, hashes: list[str]) -> None:
+        """One multi-pool get for every extra pool, started only after KV (F1 re-check)."""
+        ps = self.page_size
+        pages = len(hashes)
+        begun: list[tuple[PoolPlan, object, list[int], list[str], list[int], int]] = []
+        for plan in op.pool_transfers:
+            if plan.hit_policy is HitPolicy.ALL_PAGES:
+                slots = plan.slots[: pages * ps].tolist()
+                keys, firsts, width = hashes, slots[::ps], ps
+            else:
+                slots = plan.slots.tolist()
+                keys, firsts, width = hashes[-1:], slots, 1
+            start = op.begin_io(plan.pool, slots)
+            if start is None:  # terminated meanwhile: end what was begun, untouched
+                for b_plan, b_start, b_slots, *_ in begun:
+                    op.end_io(b_start, b_plan.pool, (), b_slots)
+                return
+            begun.append((plan, start, slots, keys, firsts, width))
+        results: list[list[bool]]
+        try:
+            for _, start, *_ in begun:
+                self.trace.gate(start)
+            transfers = [
+                PoolTransfer(plan.pool, keys, [self.host_pools[plan.pool].page_view(f, width) for f in firsts])
+                for plan, _, _, keys, firsts, width in begun
+            ]
+            results = self.storage.get_v2(transfers)
+        except Exception as exc:
+            self._fault("extra_pool_get", op.request_id, exc)
+            results = [[False] * len(b[3]) for b in begun]
+        for (plan, start, slots, _, _, width), ok in zip(begun, results):
+            if plan.hit_policy is HitPolicy.ALL_PAGES:
+                arrived = _leading(ok)
+                done_pages = arrived
+            else:
+                arrived = 1 if ok and ok[0] else 0
+                done_pages = pages if arrived else 0
+            op.end_io(start, plan.pool, slots[: arrived * width], slots[arrived * width :], pages=done_pages)
+
+    def _get(self, op: PrefetchOperation, start, pool: str, keys: Sequence[str], firsts: Sequence[int], width: int) -> list[bool]:
+        try:
+            self.trace.gate(start)
+            buffer = self.host_pools[pool]
+            return self.storage.get(list(keys), [buffer.page_view(f, width) for f in firsts])
+        except Exception as exc:
+            self._fault(f"{pool}_get", op.request_id, exc)
+            return [False] * len(keys)
+
+    def _backup(self, job: BackupJob) -> None:
+        ps = self.page_size
+        starts = {}
+        for pool, slots in job.slots.items():
+            starts[pool] = self.trace.record(
+                EventKind.IO_START, pool=pool, space=HOST, slots=slots.tolist(), io=self.trace.next_io_id(), value=BACKUP
+            )
+        try:
+            for start in starts.values():
+                self.trace.gate(start)
+            transfers = []
+            for pool, slots in job.slots.items():
+                width = ps if job.per_page[pool] else 1
+                keys = job.hashes if job.per_page[pool] else job.hashes[-1:]
+                firsts = slots.tolist()[::width]
+                transfers.append(PoolTransfer(pool, keys, [self.host_pools[pool].page_view(f, width) for f in firsts]))
+            results = self.storage.set_v2(transfers)
+            if self.trace.enabled:
+                for transfer, ok in zip(transfers, results):
+                    stored = [(k, t) for k, t, good in zip(transfer.storage_keys(), transfer.tensors, ok) if good]
+                    if stored:
+                        self.trace.record(
+                            EventKind.PAGE_WRITE,
+                            pool=transfer.pool,
+                            keys=[k for k, _ in stored],
+                            digests=[page_digest(tensor_bytes_view(t)) for _, t in stored],
+                        )
+        except Exception as exc:
+            self._fault("backup", None, exc)
+            results = [[False] * (len(job.hashes) if job.per_page[p] else 1) for p in job.slots]
+        for (pool, slots), ok in zip(job.slots.items(), results):
+            job.results[pool] = list(ok)
+            start = starts[pool]
+            self.trace.record(EventKind.IO_END, pool=pool, space=HOST, slots=slots.tolist(), io=start.io, value=all(ok))
+        self.on_backup_done(job)
+
+
+def _leading(ok: Sequence[bool]) -> int:
+    count = 0
+    for flag in ok:
+        if not flag:
+            break
+        count += 1
+    return count

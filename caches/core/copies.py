@@ -1,0 +1,155 @@
+"""Host<->device copies that may still be pending, and frees that must wait for them.
+
+F9: a slot is freed only when no copy into or out of it is pending. Every copy
+between tiers goes through here; every free of a device slot, and of a host
+slot a copy may touch, asks here first and is deferred while a copy is pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from caches.core.copy_engine import CopyEngine, CopyError, CopyHandle
+from caches.core.pools import PoolBuffer
+from spec.trace import DEVICE, HOST, Event, EventKind, TraceRecorder
+
+# (space, group, slot numbers) -> give them back to the right allocator.
+FreeFn = Callable[[str, str, list[int]], None]
+DoneFn = Callable[[bool], None]
+
+
+@dataclass
+class CopyRecord:
+    io: int
+    pool: str
+    group: str
+    host_slots: list[int]
+    device_slots: list[int]
+    handle: CopyHandle
+    on_done: DoneFn | None
+    direction: str
+    ok: bool | None = None  # None while pending
+
+
+@dataclass
+class _DeferredFree:
+    space: str
+    group: str
+    slots: list[int]
+    pools: tuple[str, ...]
+
+
+class CopyTracker:
+    def __init__(self, engine: CopyEngine, trace: TraceRecorder, free_fn: FreeFn, wait_timeout_s: float) -> None:
+        self.engine = engine
+        self.trace = trace
+        self._free_fn = free_fn
+        self._wait_timeout_s = wait_timeout_s
+        self._pending: list[CopyRecord] = []
+        self._busy: dict[tuple[str, str, int], int] = {}
+        self._deferred: list[_DeferredFree] = []
+
+    def copy(
+        self,
+        *,
+        pool: str,
+        group: str,
+        direction: str,
+        dst: PoolBuffer,
+        dst_slots: torch.Tensor,
+        src: PoolBuffer,
+        src_slots: torch.Tensor,
+        on_done: DoneFn | None = None,
+    ) -> CopyRecord:
+        """Start a copy; the host side's IO_START is gated on the copy stream before it runs."""
+        host_slots, device_slots = (src_slots, dst_slots) if src.is_host else (dst_slots, src_slots)
+        io = self.trace.next_io_id()
+        host_list, device_list = host_slots.tolist(), device_slots.tolist()
+        host_event = self.trace.record(EventKind.IO_START, pool=pool, space=HOST, slots=host_list, io=io, value=direction)
+        self.trace.record(EventKind.IO_START, pool=pool, space=DEVICE, slots=device_list, io=io, value=direction)
+        handle = self.engine.copy_slots(dst, dst_slots, src, src_slots, on_start=_gate(self.trace, host_event))
+        record = CopyRecord(io, pool, group, host_list, device_list, handle, on_done, direction)
+        for space, slots in ((HOST, host_list), (DEVICE, device_list)):
+            for slot in slots:
+                self._busy[(space, group, slot)] = self._busy.get((space, group, slot), 0) + 1
+        self._pending.append(record)
+        return record
+
+    def busy(self, space: str, group: str, slots: Sequence[int]) -> bool:
+        return any((space, group, s) in self._busy for s in slots)
+
+    def poll(self) -> None:
+        """Finish copies that completed (in issue order), then run frees no longer blocked."""
+        still: list[CopyRecord] = []
+        for record in self._pending:
+            if record.handle.done():
+                self._finish(record)
+            else:
+                still.append(record)
+        self._pending = still
+        self._run_deferred()
+
+    def wait(self, records: Sequence[CopyRecord] | None = None) -> None:
+        """Bounded wait for some (default: all) pending copies, then poll."""
+        for record in list(self._pending if records is None else records):
+            try:
+                record.handle.wait(self._wait_timeout_s)
+            except CopyError:
+                pass  # reported as a failed IO by _finish
+        self.poll()
+
+    def free(self, space: str, group: str, slots: Sequence[int], *, pools: Sequence[str] = ()) -> None:
+        """Free now, or as soon as no pending copy touches any of these slots.
+
+        pools: the pools whose data lives in these slot numbers (one FREE event each).
+        """
+        slots = list(slots)
+        if not slots:
+            return
+        if self.busy(space, group, slots):
+            self._deferred.append(_DeferredFree(space, group, slots, tuple(pools)))
+        else:
+            self._do_free(space, group, slots, tuple(pools))
+
+    def pending_count(self) -> int:
+        return len(self._pending) + len(self._deferred)
+
+    def _finish(self, record: CopyRecord) -> None:
+        ok = True
+        try:
+            record.handle.wait(self._wait_timeout_s)
+        except CopyError:
+            ok = False
+        record.ok = ok
+        for space, slots in ((HOST, record.host_slots), (DEVICE, record.device_slots)):
+            self.trace.record(EventKind.IO_END, pool=record.pool, space=space, slots=slots, io=record.io, value=ok)
+            for slot in slots:
+                key = (space, record.group, slot)
+                left = self._busy[key] - 1
+                if left:
+                    self._busy[key] = left
+                else:
+                    del self._busy[key]
+        if record.on_done is not None:
+            record.on_done(ok)
+
+    def _run_deferred(self) -> None:
+        waiting: list[_DeferredFree] = []
+        for item in self._deferred:
+            if self.busy(item.space, item.group, item.slots):
+                waiting.append(item)
+            else:
+                self._do_free(item.space, item.group, item.slots, item.pools)
+        self._deferred = waiting
+
+    def _do_free(self, space: str, group: str, slots: list[int], pools: tuple[str, ...]) -> None:
+        for pool in pools:
+            self.trace.record(EventKind.FREE, pool=pool, space=space, slots=slots)
+        self._free_fn(space, group, slots)
+
+
+def _gate(trace: TraceRecorder, event: Event) -> Callable[[], None]:
+    return lambda: trace.gate(event)

@@ -1,0 +1,286 @@
+"""PrefetchOperation: one request's prefetch from storage into host slots.
+
+All progress lives behind one lock. The IO thread starts and ends IO through
+it, the scheduler votes on a snapshot taken under it and terminates through
+it, so the spec's fence holds by construction:
+- after terminate no IO starts (begin_io refuses) (F1);
+- the progress a commit uses is read atomically with the terminate mark (F2);
+- slots with IO in flight at terminate are freed by whoever ends that IO (F5).
+
+Slot ownership: the operation owns its host slots until each one is inserted
+into the tree or freed, exactly once (S3). Pools that share slot numbers (an
+indexer reuses the KV pool's) release a slot number to the allocator only
+when every sharing pool has let go of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from spec.fence import HitPolicy, PoolProgress
+from spec.trace import LOAD, Event, EventKind, HOST, TraceRecorder
+
+class FenceError(RuntimeError):
+    """A caller tried to expose a slot that the fence forbids exposing."""
+
+
+# (allocator group, slot numbers) -> return them to that allocator.
+FreeSlots = Callable[[str, list[int]], None]
+
+
+@dataclass
+class PoolPlan:
+    """One pool's host slots for an operation.
+
+    Token pools list their slots page by page, in request order; a state pool
+    (TRAILING_PAGES) has one slot. `group` names the allocator the slot
+    numbers come from (pools sharing KV slot numbers use "kv").
+    """
+
+    pool: str
+    hit_policy: HitPolicy
+    slots: torch.Tensor
+    group: str
+    per_page: bool = True
+    completed_pages: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the scheduler may act on: read under the operation's lock."""
+
+    hash_value: tuple[str, ...]
+    completed_tokens: int
+    pool_transfers_present: bool
+    pool_transfers_done: bool
+    terminated: bool
+    pool_progress: tuple[PoolProgress, ...] = ()
+    in_flight: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+
+class PrefetchOperation:
+    def __init__(
+        self,
+        request_id: str,
+        *,
+        requested_hashes: Sequence[str],
+        kv: PoolPlan,
+        extras: Sequence[PoolPlan],
+        page_size: int,
+        start_time: float,
+        trace: TraceRecorder,
+        free_slots: FreeSlots,
+        last_node: object = None,
+    ) -> None:
+        self.request_id = request_id
+        self.requested_hashes = list(requested_hashes)
+        self.page_size = page_size
+        self.start_time = start_time
+        self.last_node = last_node
+        self.trace = trace
+        self.lock = threading.Lock()
+        self.hash_value: list[str] = []  # hit pages; empty until the hit query ran
+        self.completed_tokens = 0
+        self.pool_transfers: list[PoolPlan] = list(extras)
+        self.pool_transfers_done = not self.pool_transfers
+        self.revoked: str | None = None
+        self.io_done = threading.Event()  # set once the IO thread starts nothing more
+        self._terminated = False
+        self._kv = kv
+        self._plans = {p.pool: p for p in [kv, *extras]}
+        self._free_slots = free_slots
+        self._in_flight: dict[str, dict[int, int]] = {p: {} for p in self._plans}
+        self._owned: dict[str, set[int]] = {p: set(plan.slots.tolist()) for p, plan in self._plans.items()}
+        # slot number -> pools of its group still holding it
+        self._holders: dict[tuple[str, int], set[str]] = {}
+        for plan in self._plans.values():
+            for slot in plan.slots.tolist():
+                self._holders.setdefault((plan.group, slot), set()).add(plan.pool)
+
+    # --- upstream-compatible surface ---------------------------------------
+
+    @property
+    def host_indices(self) -> torch.Tensor:
+        return self._kv.slots
+
+    def increment(self, tokens: int) -> bool:
+        """Publish progress; refused once terminated."""
+        with self.lock:
+            if self._terminated:
+                return False
+            self.completed_tokens += tokens
+            return True
+
+    def is_terminated(self) -> bool:
+        with self.lock:
+            return self._terminated
+
+    def plan(self, pool: str) -> PoolPlan:
+        return self._plans[pool]
+
+    # --- what the scheduler reads -------------------------------------------
+
+    def progress(self) -> Progress:
+        with self.lock:
+            return self._progress()
+
+    def _progress(self) -> Progress:
+        return Progress(
+            hash_value=tuple(self.hash_value),
+            completed_tokens=self.completed_tokens,
+            pool_transfers_present=bool(self.pool_transfers),
+            pool_transfers_done=self.pool_transfers_done,
+            terminated=self._terminated,
+            pool_progress=tuple(PoolProgress(p.pool, p.hit_policy, p.completed_pages) for p in self.pool_transfers),
+            in_flight={pool: frozenset(slots) for pool, slots in self._in_flight.items() if slots},
+        )
+
+    # --- the prefetch thread ------------------------------------------------
+
+    def set_hit(self, pages: int) -> bool:
+        """Trim the operation to its agreed hit; frees the slots of pages beyond it.
+
+        Returns False (and changes nothing) when the operation is already terminated.
+        """
+        with self.lock:
+            if self._terminated:
+                return False
+            self.hash_value = self.requested_hashes[:pages]
+            self.trace.record(EventKind.HIT, op=self.request_id, value=pages)
+            for plan in self._plans.values():
+                if plan.per_page:
+                    beyond = plan.slots[pages * self._slots_per_page(plan):].tolist()
+                    self._release(plan.pool, beyond)
+            return True
+
+    def trim_hit(self, pages: int) -> None:
+        """After an IO failure: expect only the pages that arrived (so waiting can end)."""
+        with self.lock:
+            if self._terminated or pages >= len(self.hash_value):
+                return
+            self.hash_value = self.hash_value[:pages]
+            self.trace.record(EventKind.HIT, op=self.request_id, value=pages)
+
+    def revoke(self, reason: str) -> bool:
+        """F7: a revoked operation is terminated and done; idle slots are freed now."""
+        with self.lock:
+            if self._terminated:
+                return False
+            self._terminated = True
+            self.revoked = reason
+            self.pool_transfers_done = True
+            self.trace.record(EventKind.REVOKE, op=self.request_id, value=reason)
+            self._release_idle()
+            return True
+
+    # --- the IO thread ------------------------------------------------------
+
+    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD) -> Event | None:
+        """Start IO into these slots, or None when terminated (F1). Gate the event after."""
+        with self.lock:
+            if self._terminated:
+                return None
+            io = self.trace.next_io_id()
+            for slot in slots:
+                self._in_flight[pool][slot] = io
+            return self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=list(slots), io=io, value=direction)
+
+    def end_io(self, start: Event, pool: str, ok_slots: Sequence[int], failed_slots: Sequence[int] = (), *, tokens: int = 0, pages: int | None = None) -> bool:
+        """End an IO begun with begin_io. Publishes progress unless terminated.
+
+        tokens: KV progress to publish; pages: this pool's completed pages.
+        Returns False when the operation was terminated meanwhile: the IO's
+        slots are then freed here (F5), since terminate excluded them.
+        """
+        with self.lock:
+            io = start.io if start.io is not None else -1
+            for part, ok in ((ok_slots, True), (failed_slots, False)):
+                if part:
+                    self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=list(part), io=io, value=ok)
+            for slot in [*ok_slots, *failed_slots]:
+                self._in_flight[pool].pop(slot, None)
+            if self._terminated:
+                self._release(pool, [*ok_slots, *failed_slots])
+                return False
+            self.completed_tokens += tokens
+            if pages is not None:
+                self._plans[pool].completed_pages = pages
+            return True
+
+    def finish_transfers(self) -> None:
+        """The IO thread starts nothing more for this operation."""
+        with self.lock:
+            self.pool_transfers_done = True
+            self.trace.record(EventKind.IO_DONE, op=self.request_id)
+        self.io_done.set()
+
+    # --- the scheduler: terminate, then commit ------------------------------
+
+    def terminate(self, step: int | None) -> Progress:
+        """F1 + F2: mark terminated and snapshot progress atomically."""
+        with self.lock:
+            self._terminated = True
+            snapshot = self._progress()
+            self.trace.record(EventKind.TERMINATE, op=self.request_id, step=step, value=snapshot.completed_tokens)
+            return snapshot
+
+    def mark_terminate(self) -> None:
+        with self.lock:
+            self._terminated = True
+
+    def take_for_insert(self, pool: str, slots: Sequence[int]) -> None:
+        """The slots now belong to the tree (the caller records INSERT)."""
+        with self.lock:
+            for slot in slots:
+                if slot in self._in_flight[pool]:
+                    raise FenceError(f"{self.request_id}: slot {slot} of pool {pool} would enter the tree with IO in flight")
+                self._owned[pool].discard(slot)
+                self._holders.pop((self._plans[pool].group, slot), None)
+
+    def release(self, pool: str, slots: Sequence[int]) -> None:
+        """Free slots the operation owns that will not be inserted (e.g. duplicates)."""
+        with self.lock:
+            self._release(pool, slots)
+
+    def release_idle(self) -> None:
+        """Free every slot still owned and not under IO; in-flight ones go when their IO ends."""
+        with self.lock:
+            self._release_idle()
+
+    def owned_slots(self) -> dict[str, list[int]]:
+        with self.lock:
+            return {pool: sorted(slots) for pool, slots in self._owned.items() if slots}
+
+    # --- internals (lock held) ------------------------------------------------
+
+    def _slots_per_page(self, plan: PoolPlan) -> int:
+        return self.page_size if plan.per_page else 1
+
+    def _release_idle(self) -> None:
+        for pool, owned in self._owned.items():
+            idle = [s for s in owned if s not in self._in_flight[pool]]
+            self._release(pool, idle)
+
+    def _release(self, pool: str, slots: Sequence[int]) -> None:
+        owned = self._owned[pool]
+        mine = [s for s in slots if s in owned]
+        if not mine:
+            return
+        owned.difference_update(mine)
+        self.trace.record(EventKind.FREE, op=self.request_id, pool=pool, space=HOST, slots=mine)
+        group = self._plans[pool].group
+        returned = []
+        for slot in mine:
+            holders = self._holders.get((group, slot))
+            if holders is None:
+                continue
+            holders.discard(pool)
+            if not holders:
+                del self._holders[(group, slot)]
+                returned.append(slot)
+        if returned:
+            self._free_slots(group, returned)

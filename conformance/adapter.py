@@ -1,0 +1,150 @@
+"""The adapter protocol: the only way the harness reaches an implementation.
+
+An implementation plugs in with a factory (a callable returning a
+CacheAdapter), named either on the command line
+
+    pytest conformance/ --cache-impl my_package.my_module:factory
+
+or as an entry point in the group ENTRY_POINT_GROUP of its own package. The
+three built-in caches plug in the same way (see this project's pyproject.toml).
+Nothing here imports an implementation; types come from spec/ and torch.
+
+Trace contract: an implementation records spec.trace events into env.trace
+(spec/SPEC.md, "Trace contract") and calls env.trace.gate(event) after each
+IO_START, outside its locks, so the harness can hold or fail any transfer.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from spec.clock import Clock
+from spec.config import TerminationConfig
+from spec.decision import DecisionState
+from spec.fence import HitPolicy
+from spec.trace import TraceRecorder
+
+ENTRY_POINT_GROUP = "hicache_conformance.adapters"
+
+# Capabilities an adapter may declare; tests needing one skip (with a reason) without it.
+CAPABILITIES = {
+    "pool:indexer": "runs with an ALL_PAGES side pool that reuses the KV slot numbers",
+    "pool:mamba": "runs with a TRAILING_PAGES state pool (one state per prefix end)",
+    "multi_rank": "accepts a torch.distributed process group (env.process_group)",
+    "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
+}
+
+
+@dataclass(frozen=True)
+class CacheEnv:
+    """Everything the harness decides for one cache instance."""
+
+    device: str
+    termination: TerminationConfig
+    storage_dir: Path
+    clock: Clock
+    trace: TraceRecorder
+    extra_pools: tuple[str, ...] = ()
+    rank: int = 0
+    world_size: int = 1
+    process_group: Any = None
+    device_pages: int = 32
+    host_pages: int = 32
+    state_slots: int = 16
+    batch_pages: int = 2
+    threshold_pages: int = 1
+    write_policy: str = "write_through"
+    wait_timeout_s: float = 20.0
+
+    @property
+    def page_size(self) -> int:
+        return self.termination.page_size
+
+    def with_(self, **changes: Any) -> "CacheEnv":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """One pool as the harness sees it: enough to generate data and compare bytes."""
+
+    name: str
+    unit: str  # "token" (one row per token) or "state" (one row per prefix end)
+    elem_shape: tuple[int, ...]
+    dtype: torch.dtype
+    hit_policy: HitPolicy
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What load-back put on the device for the longest usable match.
+
+    tokens: length of that match; data[pool]: device bytes (token pools: [tokens,
+    *elem]; state pools: [1, *elem], present only when a state was loaded for
+    exactly that length).
+    """
+
+    tokens: int
+    data: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CacheUnderTest(Protocol):
+    pools: Mapping[str, PoolLayout]
+
+    def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
+        """A request's data for tokens enters the device tier (state pools: [1, *elem])."""
+
+    def flush(self) -> None:
+        """Bounded wait until every backup begun so far reached host and storage."""
+
+    def evict_all(self) -> None:
+        """Empty device and host tiers; storage keeps its pages."""
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
+        """(device-hit tokens, host-hit tokens) of the longest usable match."""
+
+    def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
+        """Queue a prefetch from storage; returns tokens requested (0: none queued)."""
+
+    def wait_prefetch_io(self, request_id: str) -> None:
+        """Bounded wait until the implementation starts no more IO for the prefetch."""
+
+    def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
+        """One scheduler step over an agreed id list; finished ids -> committed tokens."""
+
+    def abort(self, request_id: str) -> None:
+        """The request is gone; its prefetch stops and every slot returns."""
+
+    def load_back(self, tokens: Sequence[int]) -> Loaded:
+        """Load the host part of the longest match to the device and read it back."""
+
+    def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
+        """A real prefetch operation placed in `state` (not registered as ongoing)."""
+
+    def can_terminate(self, operation: Any) -> bool:
+        """The implementation's own can_terminate_prefetch on that operation."""
+
+    def slot_accounting(self) -> Mapping[str, tuple[int, int, int]]:
+        """(allocated, free, capacity) per tier and slot group."""
+
+    def threads(self) -> Sequence[threading.Thread]:
+        """Threads this instance started (all must be gone after close)."""
+
+    def close(self) -> None:
+        """Stop every thread; release every slot."""
+
+
+@runtime_checkable
+class CacheAdapter(Protocol):
+    name: str
+    capabilities: frozenset[str]
+    # Extra pools the harness enables by default for this implementation.
+    default_extra_pools: tuple[str, ...]
+
+    def create(self, env: CacheEnv) -> CacheUnderTest: ...

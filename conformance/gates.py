@@ -1,0 +1,98 @@
+"""Deterministic interleavings: hold or fail a thread at a trace event.
+
+A Gate is installed as the trace recorder's gate. Rules match events; a hold
+rule parks the thread that reached the event until the test releases it; a
+fail rule raises there (the implementation must treat it as a failed
+transfer). Every wait is bounded and names what hung.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from spec.trace import Event, TraceRecorder
+
+Predicate = Callable[[Event], bool]
+
+
+class GateTimeout(AssertionError):
+    """A bounded wait in a gated scenario ran out."""
+
+
+class InjectedFault(OSError):
+    """Raised at a gate point to simulate a storage or copy failure."""
+
+
+@dataclass
+class Hold:
+    description: str
+    predicate: Predicate
+    times: int
+    timeout_s: float
+    reached: list[Event] = field(default_factory=list)
+    claimed: int = 0  # threads matched so far (claimed under the gate's lock)
+    _arrived: threading.Condition = field(default_factory=threading.Condition)
+    _released: threading.Event = field(default_factory=threading.Event)
+
+    def wait_reached(self, count: int = 1) -> Event:
+        """Block until `count` threads are parked here; returns the latest event."""
+        with self._arrived:
+            ok = self._arrived.wait_for(lambda: len(self.reached) >= count, self.timeout_s)
+        if not ok:
+            raise GateTimeout(f"no thread reached hold '{self.description}' within {self.timeout_s}s ({len(self.reached)}/{count} arrived)")
+        return self.reached[count - 1]
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _park(self, event: Event) -> None:
+        with self._arrived:
+            self.reached.append(event)
+            self._arrived.notify_all()
+        if not self._released.wait(self.timeout_s):
+            raise GateTimeout(f"hold '{self.description}' was never released within {self.timeout_s}s (thread parked at {event.describe()})")
+
+
+class Gate:
+    def __init__(self, trace: TraceRecorder, *, timeout_s: float = 20.0) -> None:
+        self.trace = trace
+        self.timeout_s = timeout_s
+        self._holds: list[Hold] = []
+        self._faults: list[tuple[str, Predicate, int]] = []
+        self._lock = threading.Lock()
+        trace.set_gate(self)
+
+    def hold(self, description: str, predicate: Predicate, *, times: int = 1) -> Hold:
+        """Park the next `times` threads whose gated event matches."""
+        hold = Hold(description, predicate, times, self.timeout_s)
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def fail(self, description: str, predicate: Predicate, *, times: int = 1) -> None:
+        with self._lock:
+            self._faults.append((description, predicate, times))
+
+    def release_all(self) -> None:
+        with self._lock:
+            holds = list(self._holds)
+        for hold in holds:
+            hold.release()
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            for index, (description, predicate, times) in enumerate(self._faults):
+                if times and predicate(event):
+                    self._faults[index] = (description, predicate, times - 1)
+                    raise InjectedFault(f"injected fault '{description}' at {event.describe()}")
+            hold = next((h for h in self._holds if h.claimed < h.times and h.predicate(event)), None)
+            if hold is not None:
+                hold.claimed += 1
+        if hold is not None:
+            hold._park(event)
+
+    def close(self) -> None:
+        self.release_all()
+        self.trace.set_gate(None)

@@ -1,0 +1,52 @@
+"""Finds the adapters to run: entry points, plus any named with --cache-impl."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any, Callable, Sequence
+
+from conformance.adapter import ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter
+from spec.errors import ConfigError
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """'package.module:factory' -> the factory callable."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError("--cache-impl", spec, "'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("--cache-impl", spec, f"an importable module ({exc})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError("--cache-impl", spec, f"a callable named {attr!r} in {module_name}")
+    return factory
+
+
+def check_adapter(adapter: Any, origin: str) -> CacheAdapter:
+    if not isinstance(adapter, CacheAdapter):
+        raise ConfigError(origin, type(adapter).__name__, "a factory returning a CacheAdapter (name, capabilities, default_extra_pools, create)")
+    unknown = set(adapter.capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise ConfigError(f"{origin} capabilities", sorted(unknown), "capabilities among " + ", ".join(sorted(CAPABILITIES)))
+    return adapter
+
+
+def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True) -> list[CacheAdapter]:
+    """--cache-impl adapters, else every registered entry point; names must be unique."""
+    adapters: list[CacheAdapter] = []
+    if cli_specs:
+        for spec in cli_specs:
+            adapters.append(check_adapter(load_factory(spec)(), spec))
+    elif use_entry_points:
+        for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            adapters.append(check_adapter(ep.load()(), f"entry point {ep.name}"))
+    names = [a.name for a in adapters]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError("adapter names", duplicates, "unique names")
+    if not adapters:
+        raise ConfigError("--cache-impl", None, f"at least one adapter (none given and no '{ENTRY_POINT_GROUP}' entry points)")
+    return adapters
