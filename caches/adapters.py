@@ -118,6 +118,12 @@ class BuiltinAdapter:
     default_extra_pools: tuple[str, ...]
     capabilities: frozenset[str]
 
+    def configure(self, fields: Mapping[str, Any]) -> None:
+        """Validate spec-named termination fields through this cache's own config."""
+        names = {"policy": "prefetch_policy"}
+        mapped = {names.get(k, k): v for k, v in fields.items()}
+        CacheConfig.from_mapping({"storage_backend": "memory", **mapped})
+
     def create(self, env: Any) -> CacheSession:
         cls = cache_class(self.name)
         cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)

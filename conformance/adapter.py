@@ -148,3 +148,11 @@ class CacheAdapter(Protocol):
     default_extra_pools: tuple[str, ...]
 
     def create(self, env: CacheEnv) -> CacheUnderTest: ...
+
+
+# Optional on an adapter (tests needing it skip with a reason when absent):
+#   configure(fields: Mapping[str, Any]) -> None
+# builds the implementation's own configuration from spec-named termination
+# fields (policy, page_size, timeout_base_s, timeout_per_ki_token_s,
+# timeout_max_s) through the implementation's own entry point, raising a
+# ValueError with one line naming the field and value for bad input.
