@@ -109,6 +109,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         self.copies = CopyTracker(self.copy_engine, self.trace, self._free_slots, config.wait_timeout_s)
         self.tree = RadixTree(self.page_size, on_split=self._on_split, device=self.device)
         self.ongoing_prefetch: dict[str, Any] = {}
+        self._draining: list[PrefetchOperation] = []  # ended, with IO still in flight
         self.prefetch_tokens_occupied = 0
         self.stats = CacheStats()
         self._step = 0
@@ -193,13 +194,18 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         """
         allocator = self.allocators[(space, group)]
         slots = allocator.alloc(count)
+        if slots is None and self.copies.pending_count():
+            # Frees waiting on copies finish at thread-timed moments: settle them so
+            # every rank decides whether to evict on the same state.
+            self.copies.wait()
+            slots = allocator.alloc(count)
         if slots is None:
             short = count - allocator.free_slots()
             if space == DEVICE:
                 self.evict(short if group == KV_GROUP else self.page_size)
             else:
                 self._evict_host_for(group, short)
-            self.copies.poll()
+            self.copies.wait()
             slots = allocator.alloc(count)
         if slots is not None and self.trace.enabled:
             for pool in self.pools_of(group):
@@ -213,7 +219,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         self.allocators[(space, group)].free(slots)
 
     def _free_host_from_op(self, group: str, slots: list[int]) -> None:
-        # Called by operations (possibly on the IO thread) once no IO touches the slots.
+        # Called by PrefetchOperation.drain(), on the scheduler thread only.
         self.allocators[(HOST, group)].free(slots)
 
     def states(self, node: TreeNode) -> dict[str, StateRef]:
@@ -257,6 +263,11 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
                 stop(self.config.wait_timeout_s)
             except TimeoutError as exc:
                 errors.append(str(exc))
+        # The threads are gone, so no IO is in flight: free what is left, locally.
+        for op in self._draining:
+            op.drain()
+        self._draining = []
+        self.copies.poll()
         self.storage.close()
         if errors:
             raise TimeoutError("; ".join(errors))

@@ -143,6 +143,8 @@ class StorageController:
             op.finish_transfers()
         elif op.set_hit(agreed):
             self._queues["io"].put(op)
+        else:  # aborted meanwhile: no IO will start
+            op.finish_transfers()
 
     def _count_hit(self, op: PrefetchOperation) -> int:
         hashes = op.requested_hashes

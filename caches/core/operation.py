@@ -9,8 +9,15 @@ it, so the spec's fence holds by construction:
 
 Slot ownership: the operation owns its host slots until each one is inserted
 into the tree or freed, exactly once (S3). Pools that share slot numbers (an
-indexer reuses the KV pool's) release a slot number to the allocator only
+indexer reuses the KV pool's) return a slot number to the allocator only
 when every sharing pool has let go of it.
+
+Releasing and freeing are separate on purpose. Any thread may release slots
+(the IO thread when IO on a terminated operation ends, the prefetch thread
+when it trims a hit), but only the scheduler frees them, through `drain()`,
+at points every rank reaches in the same step. Otherwise each rank's host
+allocator would depend on its own thread timing, and eviction decisions
+(hence the trees) would drift apart across ranks.
 """
 
 from __future__ import annotations
@@ -93,6 +100,8 @@ class PrefetchOperation:
         self._kv = kv
         self._plans = {p.pool: p for p in [kv, *extras]}
         self._free_slots = free_slots
+        self._released: list[tuple[str, list[int]]] = []  # (pool, slots) released, not yet freed
+        self._returnable: dict[str, list[int]] = {}  # group -> slot numbers no pool holds any more
         self._in_flight: dict[str, dict[int, int]] = {p: {} for p in self._plans}
         self._owned: dict[str, set[int]] = {p: set(plan.slots.tolist()) for p, plan in self._plans.items()}
         # slot number -> pools of its group still holding it
@@ -166,7 +175,7 @@ class PrefetchOperation:
             self.trace.record(EventKind.HIT, op=self.request_id, value=pages)
 
     def revoke(self, reason: str) -> bool:
-        """F7: a revoked operation is terminated and done; idle slots are freed now."""
+        """F7: a revoked operation is terminated and done; its idle slots are released."""
         with self.lock:
             if self._terminated:
                 return False
@@ -251,6 +260,21 @@ class PrefetchOperation:
         with self.lock:
             self._release_idle()
 
+    def has_in_flight(self) -> bool:
+        with self.lock:
+            return any(self._in_flight.values())
+
+    def drain(self) -> int:
+        """Free what was released (scheduler thread only, at agreed points); returns slot numbers freed."""
+        with self.lock:
+            released, self._released = self._released, []
+            returnable, self._returnable = self._returnable, {}
+            for pool, slots in released:
+                self.trace.record(EventKind.FREE, op=self.request_id, pool=pool, space=HOST, slots=slots)
+        for group, slots in returnable.items():
+            self._free_slots(group, slots)
+        return sum(len(s) for s in returnable.values())
+
     def owned_slots(self) -> dict[str, list[int]]:
         with self.lock:
             return {pool: sorted(slots) for pool, slots in self._owned.items() if slots}
@@ -271,9 +295,8 @@ class PrefetchOperation:
         if not mine:
             return
         owned.difference_update(mine)
-        self.trace.record(EventKind.FREE, op=self.request_id, pool=pool, space=HOST, slots=mine)
+        self._released.append((pool, mine))
         group = self._plans[pool].group
-        returned = []
         for slot in mine:
             holders = self._holders.get((group, slot))
             if holders is None:
@@ -281,6 +304,4 @@ class PrefetchOperation:
             holders.discard(pool)
             if not holders:
                 del self._holders[(group, slot)]
-                returned.append(slot)
-        if returned:
-            self._free_slots(group, returned)
+                self._returnable.setdefault(group, []).append(slot)

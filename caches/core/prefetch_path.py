@@ -45,8 +45,10 @@ class PrefetchPath:
         # Host slots up front; a shortfall shrinks the prefetch to what fits.
         host = self.allocators[(HOST, "kv")]
         if host.free_slots() < pages * ps:
+            self.copies.wait()  # settle thread-timed frees first, as _alloc does
+        if host.free_slots() < pages * ps:
             self.evict_host(pages * ps - host.free_slots())
-            self.copies.poll()
+            self.copies.wait()
         pages = min(pages, host.free_slots() // ps)
         if pages < self.config.prefetch_threshold_pages:
             return 0
@@ -100,7 +102,26 @@ class PrefetchPath:
         self._step += 1
         self.trace.record(EventKind.STEP, step=self._step)
         self.copies.poll()
+        self._drain_finished_ops(self._step)
         return self._step
+
+    def _drain_finished_ops(self: "HierarchicalCache", step: int | None) -> None:
+        """Free slots of ended operations whose last IO ended, in an agreed step.
+
+        The list of draining operations is the same on every rank (commits are
+        agreed), so the one MIN collective per step is agreed too.
+        """
+        if not self._draining:
+            return
+        idle = [0 if op.has_in_flight() else 1 for op in self._draining]
+        agreed = self.reducer.all_reduce_min(idle, name="drain_min", step=step)
+        keep = []
+        for op, ready in zip(self._draining, agreed):
+            if ready:
+                op.drain()
+            else:
+                keep.append(op)
+        self._draining = keep
 
     def _record_vote(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, vote: bool, timed_out: bool) -> None:
         if not self.trace.enabled:
@@ -172,6 +193,10 @@ class PrefetchPath:
         return True
 
     def _finish_prefetch(self: "HierarchicalCache", op: PrefetchOperation) -> None:
+        # Scheduler thread, agreed point: free what is idle now; the rest once its IO ended.
+        op.drain()
+        if op.has_in_flight():
+            self._draining.append(op)
         self.tree.unpin_host(op.last_node)
         self.ongoing_prefetch.pop(op.request_id, None)
         self.prefetch_tokens_occupied -= len(op.tokens)
