@@ -1,0 +1,307 @@
+"""Components of the unified radix cache: per-node data with its own LRU and locks.
+
+One tree, several kinds of per-node data. Each component owns:
+- its pools (FullAttention: "kv" plus sidecar token pools that share the KV
+  slot numbers, such as the indexer; Mamba: the "mamba" state pool);
+- a hit policy (ALL_PAGES: every page must be present; TRAILING_PAGES: only
+  the data at the match end matters);
+- per-node data under ``node.ext["components"][name]`` (a ComponentData: this
+  component's lock counts; the slots themselves stay where the core keeps
+  them, so there is one source of truth: ``node.value``/``node.host_value``
+  for token pools, ``cache.states(node)`` for state pools);
+- its own LRU order (an OrderedDict keyed by node id, touched on insert and
+  match) and its own lock counts per node;
+- hooks the cache calls on insert, split, device eviction and host eviction,
+  and a predicate saying whether a node is a usable match end for it.
+
+Locks: ``lock(node)`` is a device pin (taken around load-back): a node any
+component locks is neither device- nor host-evictable. ``pin_host(node)`` is
+a host pin (taken by a prefetch on the node it extends): the node's host data
+stays. FullAttention's data is a whole prefix, so its lock covers the node
+and every ancestor (like the tree's lock_ref); Mamba's data sits at one node,
+so its lock covers that node only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+
+from caches.core.tree import TreeNode
+from spec.errors import ConfigError
+from spec.fence import HitPolicy
+from spec.trace import HOST
+
+if TYPE_CHECKING:
+    from caches.core.cache_base import HierarchicalCache
+
+EXT_KEY = "components"
+
+
+class ComponentLockError(ValueError):
+    """An unlock or unpin without a matching lock or pin."""
+
+
+@dataclass
+class ComponentData:
+    """One component's bookkeeping on one node."""
+
+    lock_ref: int = 0  # device pin (load-back)
+    host_ref: int = 0  # host pin (a prefetch extends this node)
+
+
+class Component(Protocol):
+    name: str
+    pools: tuple[str, ...]
+    hit_policy: HitPolicy
+
+    def data(self, node: TreeNode) -> ComponentData: ...
+    def lock(self, node: TreeNode) -> None: ...
+    def unlock(self, node: TreeNode) -> None: ...
+    def pin_host(self, node: TreeNode) -> None: ...
+    def unpin_host(self, node: TreeNode) -> None: ...
+    def device_evictable(self, node: TreeNode) -> bool: ...
+    def host_evictable(self, node: TreeNode) -> bool: ...
+    def accepts_match_end(self, node: TreeNode) -> bool: ...
+    def touch(self, node: TreeNode) -> None: ...
+    def lru_order(self) -> list[int]: ...
+    def on_insert(self, node: TreeNode) -> None: ...
+    def on_split(self, head: TreeNode, tail: TreeNode) -> None: ...
+    def on_device_evict(self, node: TreeNode, *, deleted: bool) -> None: ...
+    def on_host_evict(self, node: TreeNode) -> None: ...
+    def evict_host(self, count: int) -> int: ...
+
+
+class ComponentBase:
+    """LRU and lock bookkeeping shared by the built-in components."""
+
+    name: str = ""
+    pools: tuple[str, ...] = ()
+    hit_policy: HitPolicy = HitPolicy.ALL_PAGES
+    # True: a lock covers the node and its ancestors (data spans the prefix).
+    lock_covers_prefix: bool = False
+
+    def __init__(self, cache: "HierarchicalCache") -> None:
+        self._cache = cache
+        self._lru: OrderedDict[int, TreeNode] = OrderedDict()
+
+    # --- per-node data ------------------------------------------------------
+
+    def data(self, node: TreeNode) -> ComponentData:
+        per_node = node.ext.setdefault(EXT_KEY, {})
+        found = per_node.get(self.name)
+        if found is None:
+            found = per_node[self.name] = ComponentData()
+        return found
+
+    def _peek(self, node: TreeNode) -> ComponentData | None:
+        return node.ext.get(EXT_KEY, {}).get(self.name)
+
+    # --- locks --------------------------------------------------------------
+
+    def _locked_path(self, node: TreeNode) -> list[TreeNode]:
+        if not self.lock_covers_prefix:
+            return [node]
+        path = []
+        current: TreeNode | None = node
+        while current is not None:
+            path.append(current)
+            current = current.parent
+        return path
+
+    def lock(self, node: TreeNode) -> None:
+        for n in self._locked_path(node):
+            self.data(n).lock_ref += 1
+
+    def unlock(self, node: TreeNode) -> None:
+        path = self._locked_path(node)
+        for n in path:  # check first: a refused unlock changes nothing
+            if self.data(n).lock_ref <= 0:
+                raise ComponentLockError(f"{self.name}: unlock of node {node.id} would take the lock count of node {n.id} below zero")
+        for n in path:
+            self.data(n).lock_ref -= 1
+
+    def pin_host(self, node: TreeNode) -> None:
+        self.data(node).host_ref += 1
+
+    def unpin_host(self, node: TreeNode) -> None:
+        data = self.data(node)
+        if data.host_ref <= 0:
+            raise ComponentLockError(f"{self.name}: unpin_host of node {node.id} would take its host pin count below zero")
+        data.host_ref -= 1
+
+    def device_evictable(self, node: TreeNode) -> bool:
+        data = self._peek(node)
+        return data is None or data.lock_ref == 0
+
+    def host_evictable(self, node: TreeNode) -> bool:
+        data = self._peek(node)
+        return data is None or (data.lock_ref == 0 and data.host_ref == 0)
+
+    # --- LRU ----------------------------------------------------------------
+
+    def holds_data(self, node: TreeNode) -> bool:
+        """Whether this component has data on `node` (and so tracks it in its LRU)."""
+        raise NotImplementedError
+
+    def touch(self, node: TreeNode) -> None:
+        if node is self._cache.tree.root:
+            return
+        if self.holds_data(node):
+            self._lru.pop(node.id, None)
+            self._lru[node.id] = node
+        else:
+            self._lru.pop(node.id, None)
+
+    def forget(self, node: TreeNode) -> None:
+        self._lru.pop(node.id, None)
+
+    def lru_order(self) -> list[int]:
+        """Node ids, least recently used first."""
+        return list(self._lru)
+
+    def least_recent(self) -> Iterator[TreeNode]:
+        yield from list(self._lru.values())
+
+    # --- hooks ----------------------------------------------------------------
+
+    def on_insert(self, node: TreeNode) -> None:
+        self.touch(node)
+
+    def on_split(self, head: TreeNode, tail: TreeNode) -> None:
+        raise NotImplementedError
+
+    def on_device_evict(self, node: TreeNode, *, deleted: bool) -> None:
+        if deleted or not self.holds_data(node):
+            self.forget(node)
+
+    def on_host_evict(self, node: TreeNode) -> None:
+        self.forget(node)
+
+    def accepts_match_end(self, node: TreeNode) -> bool:
+        raise NotImplementedError
+
+    def evict_host(self, count: int) -> int:
+        raise NotImplementedError
+
+
+class FullAttention(ComponentBase):
+    """Full KV ("kv") plus sidecar token pools that reuse the KV slot numbers.
+
+    Its slots are the tree's own ``value``/``host_value``, so its eviction is
+    the tree's (by the tree's access ticks); its LRU mirrors recency of
+    insert and match for callers that inspect it.
+    """
+
+    name = "full_attention"
+    hit_policy = HitPolicy.ALL_PAGES
+    lock_covers_prefix = True
+
+    def __init__(self, cache: "HierarchicalCache", sidecars: Sequence[str] = ()) -> None:
+        super().__init__(cache)
+        self.sidecars = tuple(sidecars)
+        self.pools = ("kv", *self.sidecars)
+
+    def holds_data(self, node: TreeNode) -> bool:
+        return node.value is not None or node.host_value is not None
+
+    def accepts_match_end(self, node: TreeNode) -> bool:
+        return True  # every page carries KV: any page boundary is usable
+
+    def on_split(self, head: TreeNode, tail: TreeNode) -> None:
+        data = self._peek(tail)
+        if data is not None and data.lock_ref:
+            # A lock through the tail also passes through its new parent.
+            self.data(head).lock_ref = data.lock_ref
+        # The host pin stays with the tail (the holder keeps the tail object).
+        self.touch(head)
+        self.touch(tail)
+
+    def evict_host(self, count: int) -> int:
+        """KV cannot be dropped apart from the tree's structure: host eviction is the tree's."""
+        return self._cache.evict_host(count)
+
+
+class Mamba(ComponentBase):
+    """The recurrent state after a node's last page (TRAILING_PAGES).
+
+    The slots live in the core's StateRef (``cache.states(node)[pool]``); this
+    component adds its LRU and locks, and may drop host states on its own,
+    keeping the KV they followed.
+    """
+
+    name = "mamba"
+    hit_policy = HitPolicy.TRAILING_PAGES
+    lock_covers_prefix = False
+
+    def __init__(self, cache: "HierarchicalCache", pool: str = "mamba") -> None:
+        super().__init__(cache)
+        self.pool = pool
+        self.pools = (pool,)
+
+    def _ref(self, node: TreeNode):
+        return self._cache.states(node).get(self.pool)
+
+    def holds_data(self, node: TreeNode) -> bool:
+        ref = self._ref(node)
+        return ref is not None and (ref.device is not None or ref.host is not None)
+
+    def accepts_match_end(self, node: TreeNode) -> bool:
+        """A state must sit at the end, in the tier the end is served from.
+
+        On the device the state must be on the device (nothing loads it
+        otherwise); a host-only end needs a host state, which load-back
+        copies with the KV.
+        """
+        if node is self._cache.tree.root:
+            return True  # nothing matched: the initial state
+        ref = self._ref(node)
+        if ref is None:
+            return False
+        if node.value is not None:
+            return ref.device is not None
+        return ref.host is not None
+
+    def on_split(self, head: TreeNode, tail: TreeNode) -> None:
+        # The state follows the last page, which the tail keeps: nothing moves.
+        return None
+
+    def evict_host(self, count: int) -> int:
+        """Drop up to `count` host states, least recently used first; KV stays.
+
+        Skips states this component locks or pins and states a storage backup
+        still reads. The slot returns to its allocator once no copy touches it.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError("count", count, "an integer >= 0")
+        dropped = 0
+        for node in self.least_recent():
+            if dropped >= count:
+                break
+            ref = self._ref(node)
+            if ref is None or ref.host is None:
+                if not self.holds_data(node):
+                    self.forget(node)
+                continue
+            data = self._peek(node)
+            if ref.host_ref or (data is not None and (data.lock_ref or data.host_ref)):
+                continue
+            self._cache.copies.free(HOST, "state", [ref.host], pools=[self.pool])
+            ref.host = None
+            dropped += 1
+            if not self.holds_data(node):
+                self.forget(node)
+        return dropped
+
+
+def build_components(cache: "HierarchicalCache", extra_pools: Sequence[str]) -> dict[str, ComponentBase]:
+    """The components for these extra pools: FullAttention always, Mamba when enabled."""
+    sidecars = [pool for pool in cache.token_pools if pool != "kv"]
+    components: dict[str, ComponentBase] = {}
+    full = FullAttention(cache, sidecars)
+    components[full.name] = full
+    if "mamba" in extra_pools:
+        mamba = Mamba(cache)
+        components[mamba.name] = mamba
+    return components
