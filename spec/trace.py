@@ -62,7 +62,7 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.OP_START: ("op, value={'policy', 'requested_pages'}", "a prefetch operation was created (start time = t)"),
     EventKind.ALLOC: ("op, pool, space, slots", "slots were allocated for the operation"),
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
-    EventKind.REVOKE: ("op", "the operation was revoked (hit too short, or nothing loaded)"),
+    EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
     EventKind.IO_START: ("op?, pool, space, slots, io, value=direction", "a copy into or out of these slots began"),
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
     EventKind.IO_DONE: ("op", "the IO thread will start no more IO for the operation"),

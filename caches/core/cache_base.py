@@ -36,7 +36,7 @@ from caches.core.prefetch_path import PrefetchPath
 from caches.core.reducer import LocalReducer, Reducer, TorchDistReducer
 from caches.core.tree import RadixTree, TreeNode
 from caches.core.write_path import WritePath
-from caches.storage import FileStorage, MemoryStorage, StorageBackend
+from caches.storage import FileStorage, MemoryStorage, StorageBackend, StorageConfigError
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
 from spec.errors import ConfigError
@@ -176,7 +176,10 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         if config.storage_backend == "memory":
             return MemoryStorage()
         # Each rank stores its own shard of every page.
-        return FileStorage(Path(config.storage_path) / f"rank{self.rank}")
+        try:
+            return FileStorage(Path(config.storage_path) / f"rank{self.rank}")
+        except StorageConfigError as exc:
+            raise ConfigError("storage_path", config.storage_path, f"a writable directory ({exc})") from None
 
     # --- slots ---------------------------------------------------------------
 
@@ -243,7 +246,9 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
 
     def wait_prefetch_io(self, request_id: str) -> None:
         """Bounded wait until the IO thread starts nothing more for this prefetch."""
-        op = self.ongoing_prefetch[request_id]
+        op = self.ongoing_prefetch.get(request_id)
+        if op is None:
+            raise ConfigError("request_id", request_id, "the id of a prefetch in flight: " + (", ".join(sorted(self.ongoing_prefetch)) or "none"))
         if not op.io_done.wait(self.config.wait_timeout_s):
             raise TimeoutError(f"{self.name} rank {self.rank}: IO of prefetch {request_id} not done within {self.config.wait_timeout_s}s")
 

@@ -14,7 +14,7 @@ import torch
 
 from caches.core.copy_engine import CopyEngine, CopyError, CopyHandle
 from caches.core.pools import PoolBuffer
-from spec.trace import DEVICE, HOST, Event, EventKind, TraceRecorder
+from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, WRITE_BACK_COPY, Event, EventKind, TraceRecorder
 
 # (space, group, slot numbers) -> give them back to the right allocator.
 FreeFn = Callable[[str, str, list[int]], None]
@@ -65,7 +65,13 @@ class CopyTracker:
         on_done: DoneFn | None = None,
     ) -> CopyRecord:
         """Start a copy; the host side's IO_START is gated on the copy stream before it runs."""
-        host_slots, device_slots = (src_slots, dst_slots) if src.is_host else (dst_slots, src_slots)
+        # The direction says which side is the host tier: on a CPU cache both buffers are CPU memory.
+        if direction == LOAD_BACK_COPY:
+            host_slots, device_slots = src_slots, dst_slots
+        elif direction == WRITE_BACK_COPY:
+            host_slots, device_slots = dst_slots, src_slots
+        else:
+            raise ValueError(f"invalid direction: {direction!r} (accepted: {LOAD_BACK_COPY!r}, {WRITE_BACK_COPY!r})")
         io = self.trace.next_io_id()
         host_list, device_list = host_slots.tolist(), device_slots.tolist()
         host_event = self.trace.record(EventKind.IO_START, pool=pool, space=HOST, slots=host_list, io=io, value=direction)

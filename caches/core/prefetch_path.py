@@ -92,6 +92,7 @@ class PrefetchPath:
         if op is None:
             return
         op.terminate(None)
+        self.trace.record(EventKind.REVOKE, op=request_id, value="abort")
         self.trace.record(EventKind.COMMIT, op=request_id, value=0)
         op.release_idle()
         self._finish_prefetch(op)
@@ -106,22 +107,17 @@ class PrefetchPath:
         return self._step
 
     def _drain_finished_ops(self: "HierarchicalCache", step: int | None) -> None:
-        """Free slots of ended operations whose last IO ended, in an agreed step.
+        """Free slots of ended operations once their last IO ended, at an agreed step.
 
-        The list of draining operations is the same on every rank (commits are
-        agreed), so the one MIN collective per step is agreed too.
+        One MIN collective every step (a fixed count, so ranks never disagree on
+        how many collectives a step runs): the ranks free their ended operations
+        together once every rank's are idle.
         """
-        if not self._draining:
-            return
-        idle = [0 if op.has_in_flight() else 1 for op in self._draining]
-        agreed = self.reducer.all_reduce_min(idle, name="drain_min", step=step)
-        keep = []
-        for op, ready in zip(self._draining, agreed):
-            if ready:
+        idle = int(all(not op.has_in_flight() for op in self._draining))
+        if self.reducer.all_reduce_min([idle], name="drain_min", step=step)[0]:
+            for op in self._draining:
                 op.drain()
-            else:
-                keep.append(op)
-        self._draining = keep
+            self._draining = []
 
     def _record_vote(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, vote: bool, timed_out: bool) -> None:
         if not self.trace.enabled:
@@ -194,8 +190,10 @@ class PrefetchPath:
 
     def _finish_prefetch(self: "HierarchicalCache", op: PrefetchOperation) -> None:
         # Scheduler thread, agreed point: free what is idle now; the rest once its IO ended.
+        # Read in-flight first: IO ending between the two calls releases slots after the drain.
+        in_flight = op.has_in_flight()
         op.drain()
-        if op.has_in_flight():
+        if in_flight:
             self._draining.append(op)
         self.tree.unpin_host(op.last_node)
         self.ongoing_prefetch.pop(op.request_id, None)

@@ -1,0 +1,179 @@
+"""Two real ranks over gloo on loopback, end to end, for every built-in cache.
+
+Each rank writes its own shard of one request, backs it up to its storage,
+empties its tiers and closes the cache; a fresh cache on the same storage then
+prefetches the request, commits it, loads it back and reads the device bytes.
+Both ranks must commit the same length, read back exactly the bytes they
+wrote, and leave no thread behind; the two ranks' traces must satisfy the spec.
+
+The ranks are plain subprocesses running this file as a script (one launch
+for all caches: start-up, mostly `import torch`, dominates). The parent hosts
+the TCP store on a port the OS picks, so no port can be taken in between.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CACHES = {"hiradix": ("indexer",), "unified_radix": ("indexer", "mamba"), "hi_mamba_radix": ("mamba",)}
+PAGE_SIZE = 4
+TOKENS = list(range(101, 101 + 4 * PAGE_SIZE))
+LAUNCH_TIMEOUT_S = 120.0
+
+
+# --- the rank process ----------------------------------------------------------------
+
+
+def rank_main(rank: int, world_size: int, port: int, workdir: Path) -> None:
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from caches.config import CacheConfig
+    from caches.registry import build
+    from spec.clock import ManualClock
+    from spec.trace import TraceRecorder
+
+    torch.set_num_threads(1)
+    if sys.platform == "linux":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    timeout = datetime.timedelta(seconds=30)
+    store = dist.TCPStore("127.0.0.1", port, None, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    results = {}
+    for name, extra in CACHES.items():
+        config = CacheConfig(
+            page_size=PAGE_SIZE, device_pages=16, host_pages=16, state_device_slots=8, state_host_slots=8,
+            kv_elem_shape=(2, 3), indexer_elem_shape=(3,), state_elem_shape=(5,), extra_pools=extra,
+            prefetch_policy="wait_complete", storage_backend="file", storage_path=str(workdir / name),
+            storage_batch_pages=2, wait_timeout_s=20.0,
+        )
+
+        def make(trace):
+            clock = ManualClock(100.0)
+            return build(name, config, trace=trace, clock=clock, process_group=dist.group.WORLD)
+
+        writer_trace = TraceRecorder(ManualClock(100.0), rank=rank)
+        writer = make(writer_trace)
+        data = shard(writer, rank)
+        writer.write(TOKENS, data)
+        writer.flush()
+        writer.evict_all()
+        writer.close()
+        leftover = [t.name for t in writer.threads() if t.is_alive()]
+
+        trace = TraceRecorder(ManualClock(100.0), rank=rank)
+        reader = make(trace)
+        before = reader.match_prefix(TOKENS)
+        requested = reader.prefetch_from_storage("r1", TOKENS)
+        reader.wait_prefetch_io("r1")
+        committed = reader.check_prefetch_progress(["r1"])  # wait_complete, IO done on both ranks: one step
+        match = reader.match_prefix(TOKENS)
+        if match.host_hit_tokens:
+            reader.load_back(match.host_node)
+            match = reader.match_prefix(TOKENS)
+        loaded = reader.read_device(match.device_slots, state_node=match.device_node)
+        mismatched = []
+        for pool, want in data.items():
+            got = loaded.get(pool)
+            if got is None or not torch.equal(got.view(torch.uint8), want[: got.shape[0]].view(torch.uint8)) or got.shape[0] != want.shape[0]:
+                mismatched.append(pool)
+        reader.close()
+        leftover += [t.name for t in reader.threads() if t.is_alive()]
+        results[name] = {
+            "before": (before.device_hit_tokens, before.host_hit_tokens),
+            "requested": requested,
+            "committed": committed,
+            "device_hit": match.device_hit_tokens,
+            "mismatched": mismatched,
+            "leftover": leftover,
+            "trace": trace.trace(),
+            "python_threads": [t.name for t in threading.enumerate() if t is not threading.main_thread()],
+        }
+    (workdir / f"result{rank}.pkl").write_bytes(pickle.dumps(results))
+    store.set(f"done{rank}", b"1")
+    store.wait([f"done{r}" for r in range(world_size)], timeout)
+    dist.destroy_process_group()
+
+
+def shard(cache, rank: int) -> dict:
+    """This rank's bytes for every pool (ranks hold different shards of the same prefix)."""
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + rank)
+    data = {}
+    for spec in cache.specs:
+        rows = 1 if spec.unit == "state" else len(TOKENS)
+        raw = torch.randint(0, 256, (rows, *spec.elem_shape, spec.dtype.itemsize), dtype=torch.uint8, generator=g)
+        data[spec.name] = raw.view(spec.dtype).reshape(rows, *spec.elem_shape)
+    return data
+
+
+# --- the parent ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    import torch.distributed as dist
+
+    workdir = tmp_path_factory.mktemp("two_ranks")
+    store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    procs = []
+    for rank in range(2):
+        log = open(workdir / f"rank{rank}.log", "wb")
+        procs.append((subprocess.Popen([sys.executable, __file__, str(rank), "2", str(store.port), str(workdir)],
+                                       stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    failures = []
+    for rank, (proc, log) in enumerate(procs):
+        try:
+            code = proc.wait(LAUNCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        log.close()
+        if code != 0:
+            tail = (workdir / f"rank{rank}.log").read_text(errors="replace")[-3000:]
+            failures.append(f"rank {rank} {'hung (killed after %gs)' % LAUNCH_TIMEOUT_S if code is None else f'exited with {code}'}:\n{tail}")
+    for proc, _ in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    del store
+    if failures:
+        pytest.fail("\n".join(failures))
+    return [pickle.loads((workdir / f"result{rank}.pkl").read_bytes()) for rank in range(2)]
+
+
+@pytest.mark.parametrize("name", list(CACHES))
+def test_two_ranks_round_trip(two_rank_results, name):
+    from spec.invariants import check
+
+    per_rank = [results[name] for results in two_rank_results]
+    full = len(TOKENS)
+    for rank, r in enumerate(per_rank):
+        assert r["before"] == (0, 0), f"rank {rank}: the fresh cache already matched {r['before']}"
+        assert r["requested"] == full, f"rank {rank}: prefetch queued {r['requested']} tokens"
+        assert r["committed"] == {"r1": full}, f"rank {rank}: committed {r['committed']}"
+        assert r["device_hit"] == full, f"rank {rank}: load-back made {r['device_hit']} tokens usable"
+        assert r["mismatched"] == [], f"rank {rank}: pools whose loaded bytes differ from the written ones: {r['mismatched']}"
+        assert r["leftover"] == [], f"rank {rank}: threads still running after close(): {r['leftover']}"
+    violations = check([r["trace"] for r in per_rank], None)
+    assert violations == [], "\n".join(str(v) for v in violations[:10])
+
+
+def test_ranks_leave_no_python_thread(two_rank_results):
+    # Each cache's threads are gone after close(): at the end only the ranks' main threads remain.
+    last = list(CACHES)[-1]
+    assert [results[last]["python_threads"] for results in two_rank_results] == [[], []]
+
+
+if __name__ == "__main__":
+    rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
