@@ -106,7 +106,9 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         self.world_size = self.reducer.world_size
         self.storage = storage if storage is not None else self._open_storage(config)
         self.copy_engine = CopyEngine(self.device, cpu_stream=True)
-        self.copies = CopyTracker(self.copy_engine, self.trace, self._free_slots, config.wait_timeout_s)
+        self.copies = CopyTracker(
+            self.copy_engine, self.trace, self._free_slots, config.wait_timeout_s, units={KV_GROUP: self.page_size, STATE_GROUP: 1}
+        )
         self.tree = RadixTree(self.page_size, on_split=self._on_split, device=self.device)
         self.ongoing_prefetch: dict[str, Any] = {}
         self._draining: list[PrefetchOperation] = []  # ended, with IO still in flight

@@ -91,7 +91,7 @@ class LoadBackPath:
                 page = buffer.tensor[first : first + width].contiguous().cpu()
                 digests.append(page_digest(tensor_bytes_view(page)))
             self.trace.record(
-                EventKind.LOAD_BACK, pool=pool, space=HOST, slots=host.tolist(),
+                EventKind.LOAD_BACK, pool=pool, space=HOST, slots=host,
                 keys=[pool_key(h, pool) for h in hashes], digests=digests,
             )
 

@@ -86,7 +86,7 @@ class WritePath:
         result = self.tree.insert(tokens, device_slots)
         if result.duplicate_slots.numel():
             # F9: freed only once no copy into or out of them is pending.
-            self.copies.free(DEVICE, "kv", result.duplicate_slots.tolist(), pools=self.token_pools)
+            self.copies.free(DEVICE, "kv", result.duplicate_slots, pools=self.token_pools)
         node = result.node
         for pool, slot in (states or {}).items():
             ref = self.states(node).setdefault(pool, self._new_state_ref())
@@ -206,7 +206,7 @@ class WritePath:
                 self.tree.set_host_value(node, host)
                 backed_up.append(node)
             else:
-                self.copies.free(HOST, "kv", host.tolist(), pools=self.token_pools)
+                self.copies.free(HOST, "kv", host, pools=self.token_pools)
         tail = pending.locked
         for pool, slot in pending.states.items():
             ref = self.states(tail).get(pool)
@@ -291,14 +291,14 @@ class WritePath:
         return all(ref.host_ref == 0 for ref in self.states(node).values())
 
     def _drop_device(self: "HierarchicalCache", node: TreeNode) -> None:
-        self.copies.free(DEVICE, "kv", node.value.tolist(), pools=self.token_pools)
+        self.copies.free(DEVICE, "kv", node.value, pools=self.token_pools)
         for pool, ref in self.states(node).items():
             if ref.device is not None:
                 self.copies.free(DEVICE, "state", [ref.device], pools=[pool])
                 ref.device = None
 
     def _drop_host(self: "HierarchicalCache", node: TreeNode) -> None:
-        self.copies.free(HOST, "kv", node.host_value.tolist(), pools=self.token_pools)
+        self.copies.free(HOST, "kv", node.host_value, pools=self.token_pools)
         for pool, ref in self.states(node).items():
             if ref.host is not None:
                 self.copies.free(HOST, "state", [ref.host], pools=[pool])

@@ -41,7 +41,7 @@ class Rig:
         for allocator in self.allocators.values():
             allocator.alloc(PAGES * PS)  # every slot starts allocated: frees are counted
         self.engine = CopyEngine("cpu", cpu_stream=True)
-        self.tracker = CopyTracker(self.engine, self.trace, self.free, wait_timeout_s)
+        self.tracker = CopyTracker(self.engine, self.trace, self.free, wait_timeout_s, units={"kv": PS})
         self.done_calls: list[bool] = []
 
     def free(self, space: str, group: str, freed: list[int]) -> None:
