@@ -1,0 +1,252 @@
+"""The conformance matrix and report, end to end: a tiny suite against two real adapters.
+
+Two adapters wrap the built-in hiradix cache: "good" as is, "broken" with a
+load-back that returns zeros. The generated suite is run once in one process
+and once under `-n 2`; both must produce the same report. CUDA_VISIBLE_DEVICES
+is emptied for the runs, so the GPU params skip on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec.clauses import CATALOGUE
+
+ADAPTERS = '''
+import torch
+from caches.adapters import hiradix
+
+
+class CorruptingSession:
+    """A real cache whose load-back hands back zeros instead of the stored bytes."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def load_back(self, tokens):
+        loaded = self._session.load_back(tokens)
+        return type(loaded)(tokens=loaded.tokens, data={k: torch.zeros_like(v) for k, v in loaded.data.items()})
+
+
+class Wrapped:
+    def __init__(self, name, capabilities, corrupt=False, expected_failures=None):
+        self._base = hiradix()
+        self.name = name
+        self.capabilities = frozenset(capabilities)
+        self.default_extra_pools = ()
+        self._corrupt = corrupt
+        if expected_failures is not None:
+            self.expected_failures = expected_failures
+
+    def create(self, env):
+        session = self._base.create(env)
+        return CorruptingSession(session) if self._corrupt else session
+
+
+def good():
+    return Wrapped("good", {"pool:indexer"}, expected_failures=[{"test": "test_known_gap", "reason": "good lacks the gap fix"}])
+
+
+def broken():
+    return Wrapped("broken", set(), corrupt=True)
+'''
+
+SUITE = '''
+import pytest
+import torch
+
+from conformance.scenarios import request_data, request_tokens, store
+
+
+@pytest.mark.clause("S5")
+def test_roundtrip(make_cache):
+    cache = make_cache()
+    tokens = request_tokens(1, 8)
+    data = request_data(cache, tokens, 1)
+    store(cache, tokens, data)
+    assert cache.prefetch("r", tokens) == 8
+    cache.wait_prefetch_io("r")
+    assert cache.check_progress(["r"]) == {"r": 8}
+    loaded = cache.load_back(tokens)
+    for name in cache.pools:
+        assert torch.equal(loaded.data[name], data[name]), name
+
+
+@pytest.mark.clause("F1")
+def test_needs_indexer(impl, device, require):
+    require(impl, "pool:indexer")
+
+
+@pytest.mark.clause("T1")
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+def test_policy(impl, device, policy):
+    assert policy == "wait_complete"
+
+
+@pytest.mark.clause("C2")
+def test_device_free(impl):
+    assert impl.name in ("good", "broken")
+
+
+@pytest.mark.clause("D1")
+def test_fixed_already(impl):
+    assert impl.name
+
+
+@pytest.mark.clause("T2", "X4")
+def test_known_gap(impl, device):
+    assert False, "known gap"
+'''
+
+EXPECTED_FAILURES = '''
+[[xfail]]
+test = "test_known_gap"
+reason = "broken never had the fix"
+
+[[xfail]]
+test = "test_policy[*-timeout]"
+clause = "T1"
+reason = "timeout policy unsupported"
+
+[[xfail]]
+impl = "good"
+test = "test_policy[*-timeout]"
+reason = "timeout policy unsupported"
+
+[[xfail]]
+impl = "good"
+test = "test_fixed_already"
+reason = "listed as failing but passes: strict xfail makes it fail"
+
+[[xfail]]
+test = "test_does_not_exist"
+reason = "left over after a rename"
+
+[[xfail]]
+impl = "good"
+test = "test_roundtrip"
+clause = "T1"
+reason = "the test does not cite T1"
+'''
+
+RUN_TIMEOUT_S = 300
+
+
+def run_pytest(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # GPU params skip whatever the machine has
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "pytest", "-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("synthetic")
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "synthetic_adapters.py").write_text(ADAPTERS)
+    (root / "test_synthetic.py").write_text(SUITE)
+    (root / "broken.toml").write_text(EXPECTED_FAILURES)
+    return root
+
+
+def run_suite(workdir: Path, workers: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+    report = workdir / "out" / f"n{workers}"
+    result = run_pytest(workdir, "--cache-impl", "synthetic_adapters:good", "--cache-impl", "synthetic_adapters:broken",
+                        "--expected-failures", "broken.toml", "--conformance-report", str(report), "-n", workers, "-rsxX")
+    assert result.returncode == 1, f"expected test failures (exit 1), got {result.returncode}\n{result.stdout}\n{result.stderr}"
+    data = json.loads(report.with_name(report.name + ".json").read_text())
+    markdown = report.with_name(report.name + ".md").read_text()
+    return result, data, markdown
+
+
+@pytest.fixture(scope="module")
+def single(workdir: Path):
+    return run_suite(workdir, "0")
+
+
+@pytest.fixture(scope="module")
+def distributed(workdir: Path):
+    return run_suite(workdir, "2")
+
+
+def expected_row(covered: dict[str, str]) -> dict[str, str]:
+    return {clause: covered.get(clause, "uncovered") for clause in CATALOGUE}
+
+
+def test_matrix_marks_each_status(single):
+    _, data, _ = single
+    assert data["matrix"] == {
+        "good": {
+            "cpu": expected_row({"S5": "pass", "F1": "pass", "T1": "pass", "C2": "pass", "D1": "fail", "T2": "xfail", "X4": "xfail"}),
+            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "fail", "T2": "skip", "X4": "skip"}),
+        },
+        "broken": {
+            # broken's load-back returns zeros: S5 fails; it lacks pool:indexer: F1 skips.
+            "cpu": expected_row({"S5": "fail", "F1": "skip", "T1": "pass", "C2": "pass", "D1": "pass", "T2": "xfail", "X4": "xfail"}),
+            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "pass", "T2": "skip", "X4": "skip"}),
+        },
+    }
+    covered = {"S5", "F1", "T1", "C2", "D1", "T2", "X4"}
+    assert data["uncovered"]["good"]["cpu"] == [c for c in CATALOGUE if c not in covered]
+
+
+def test_report_has_the_schema(single):
+    _, data, markdown = single
+    assert list(data) == ["target", "matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered"]
+    target = data["target"]
+    assert set(target) == {"device_kinds", "devices", "torch", "python", "suite_commit", "platform"}
+    assert target["device_kinds"] == ["cpu"]  # no GPU visible in these runs
+    assert [set(d) for d in target["devices"]] == [{"name", "kind", "model", "driver"}]
+    assert target["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert target["suite_commit"] is None or len(target["suite_commit"]) == 40
+    assert all(set(t) == {"nodeid", "impl", "device", "clauses", "outcome"} for t in data["tests"])
+    assert "### broken" in markdown and "| S5 | " in markdown and "STALE" in markdown
+
+
+def test_ids_are_impl_then_device_then_own_params(single):
+    _, data, _ = single
+    by_id = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    assert by_id["test_policy[good-cpu-timeout]"]["outcome"] == "xfail"
+    assert by_id["test_policy[broken-cpu-wait_complete]"]["outcome"] == "pass"
+    assert by_id["test_roundtrip[broken-cpu]"]["outcome"] == "fail"
+    assert by_id["test_device_free[good]"]["device"] == "any"
+    assert by_id["test_known_gap[good-cpu]"]["clauses"] == ["T2", "X4"]
+    assert len(by_id) == 24  # per impl: roundtrip 2, needs_indexer 2, policy 4, device_free 1, fixed_already 1, known_gap 2
+
+
+def test_gpu_params_skip_with_a_reason(single):
+    result, data, _ = single
+    gpu_tests = [t for t in data["tests"] if t["device"] == "cuda"]
+    assert len(gpu_tests) == 10 and {t["outcome"] for t in gpu_tests} == {"skip"}
+    assert "no CUDA device visible (CUDA_VISIBLE_DEVICES ''" in result.stdout
+
+
+def test_expected_failures_are_strict_and_stale_ones_reported(single):
+    result, data, _ = single
+    assert "[XPASS(strict)]" in result.stdout  # test_fixed_already[good] passes although listed
+    stale = [(e["impl"], e["test"]) for e in data["stale_expected_failures"]]
+    assert stale == [("broken", "test_does_not_exist"), ("good", "test_roundtrip")]
+    assert {(e["impl"], e["test"]) for e in data["expected_failures"] if e["matched"]} == {
+        ("good", "test_known_gap"), ("broken", "test_known_gap"), ("broken", "test_policy[*-timeout]"),
+        ("good", "test_policy[*-timeout]"), ("good", "test_fixed_already")}
+    assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout
+    assert "conformance matrix (implementation x device x clause)" in result.stdout
+
+
+def test_xdist_run_aggregates_the_same_report(single, distributed):
+    _, one, _ = single
+    result, two, _ = distributed
+    assert "2 workers" in result.stdout or "gw1" in result.stdout
+    for key in ("matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered"):
+        assert two[key] == one[key], key
+    assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout
