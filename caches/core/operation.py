@@ -66,10 +66,23 @@ class Progress:
     pool_transfers_done: bool
     terminated: bool
     pool_progress: tuple[PoolProgress, ...] = ()
-    in_flight: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    in_flight_units: Mapping[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+
+    @property
+    def in_flight(self) -> dict[str, frozenset[int]]:
+        """Slots with IO in flight, per pool."""
+        return {pool: frozenset(_expand(units, width)) for pool, (units, width) in self.in_flight_units.items()}
 
 
 class PrefetchOperation:
+    """See the module docstring. Slots are tracked per allocation unit.
+
+    Every plan's slots come in whole units (a page of a token pool, one slot of
+    a state pool), and every call names whole units, so ownership, in-flight
+    IO and sharing are kept per unit (its first slot number): a few hundred
+    entries for a long prefix instead of one per token.
+    """
+
     def __init__(
         self,
         request_id: str,
@@ -99,16 +112,20 @@ class PrefetchOperation:
         self._terminated = False
         self._kv = kv
         self._plans = {p.pool: p for p in [kv, *extras]}
+        self._width = {p.pool: (page_size if p.per_page else 1) for p in self._plans.values()}
+        self._group_width = {p.group: self._width[p.pool] for p in self._plans.values()}
         self._free_slots = free_slots
-        self._released: list[tuple[str, list[int]]] = []  # (pool, slots) released, not yet freed
-        self._returnable: dict[str, list[int]] = {}  # group -> slot numbers no pool holds any more
-        self._in_flight: dict[str, dict[int, int]] = {p: {} for p in self._plans}
-        self._owned: dict[str, set[int]] = {p: set(plan.slots.tolist()) for p, plan in self._plans.items()}
-        # slot number -> pools of its group still holding it
+        self._released: list[tuple[str, list[int]]] = []  # (pool, units) released, not yet freed
+        self._returnable: dict[str, list[int]] = {}  # group -> units no pool holds any more
+        self._in_flight: dict[str, dict[int, int]] = {p: {} for p in self._plans}  # pool -> unit -> io
+        self._owned: dict[str, set[int]] = {}
+        # (group, unit) -> pools of that group still holding it
         self._holders: dict[tuple[str, int], set[str]] = {}
-        for plan in self._plans.values():
-            for slot in plan.slots.tolist():
-                self._holders.setdefault((plan.group, slot), set()).add(plan.pool)
+        for pool, plan in self._plans.items():
+            units = self._units(pool, plan.slots)
+            self._owned[pool] = set(units)
+            for unit in units:
+                self._holders.setdefault((plan.group, unit), set()).add(pool)
 
     # --- upstream-compatible surface ---------------------------------------
 
@@ -145,13 +162,13 @@ class PrefetchOperation:
             pool_transfers_done=self.pool_transfers_done,
             terminated=self._terminated,
             pool_progress=tuple(PoolProgress(p.pool, p.hit_policy, p.completed_pages) for p in self.pool_transfers),
-            in_flight={pool: frozenset(slots) for pool, slots in self._in_flight.items() if slots},
+            in_flight_units={pool: (tuple(units), self._width[pool]) for pool, units in self._in_flight.items() if units},
         )
 
     # --- the prefetch thread ------------------------------------------------
 
     def set_hit(self, pages: int) -> bool:
-        """Trim the operation to its agreed hit; frees the slots of pages beyond it.
+        """Trim the operation to its agreed hit; releases the slots of pages beyond it.
 
         Returns False (and changes nothing) when the operation is already terminated.
         """
@@ -162,8 +179,7 @@ class PrefetchOperation:
             self.trace.record(EventKind.HIT, op=self.request_id, value=pages)
             for plan in self._plans.values():
                 if plan.per_page:
-                    beyond = plan.slots[pages * self._slots_per_page(plan):].tolist()
-                    self._release(plan.pool, beyond)
+                    self._release(plan.pool, self._units(plan.pool, plan.slots[pages * self.page_size :]))
             return True
 
     def trim_hit(self, pages: int) -> None:
@@ -189,31 +205,32 @@ class PrefetchOperation:
     # --- the IO thread ------------------------------------------------------
 
     def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD) -> Event | None:
-        """Start IO into these slots, or None when terminated (F1). Gate the event after."""
+        """Start IO into these slots (whole units), or None when terminated (F1). Gate the event after."""
         with self.lock:
             if self._terminated:
                 return None
             io = self.trace.next_io_id()
-            for slot in slots:
-                self._in_flight[pool][slot] = io
-            return self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=list(slots), io=io, value=direction)
+            for unit in self._units(pool, slots):
+                self._in_flight[pool][unit] = io
+            return self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction)
 
     def end_io(self, start: Event, pool: str, ok_slots: Sequence[int], failed_slots: Sequence[int] = (), *, tokens: int = 0, pages: int | None = None) -> bool:
         """End an IO begun with begin_io. Publishes progress unless terminated.
 
         tokens: KV progress to publish; pages: this pool's completed pages.
         Returns False when the operation was terminated meanwhile: the IO's
-        slots are then freed here (F5), since terminate excluded them.
+        slots are then released here (F5), since terminate excluded them.
         """
         with self.lock:
             io = start.io if start.io is not None else -1
             for part, ok in ((ok_slots, True), (failed_slots, False)):
-                if part:
-                    self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=list(part), io=io, value=ok)
-            for slot in [*ok_slots, *failed_slots]:
-                self._in_flight[pool].pop(slot, None)
+                if len(part):
+                    self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=part, io=io, value=ok)
+            units = self._units(pool, ok_slots) + self._units(pool, failed_slots)
+            for unit in units:
+                self._in_flight[pool].pop(unit, None)
             if self._terminated:
-                self._release(pool, [*ok_slots, *failed_slots])
+                self._release(pool, units)
                 return False
             self.completed_tokens += tokens
             if pages is not None:
@@ -242,21 +259,24 @@ class PrefetchOperation:
             self._terminated = True
 
     def take_for_insert(self, pool: str, slots: Sequence[int]) -> None:
-        """The slots now belong to the tree (the caller records INSERT)."""
+        """The slots (whole units) now belong to the tree (the caller records INSERT)."""
         with self.lock:
-            for slot in slots:
-                if slot in self._in_flight[pool]:
-                    raise FenceError(f"{self.request_id}: slot {slot} of pool {pool} would enter the tree with IO in flight")
-                self._owned[pool].discard(slot)
-                self._holders.pop((self._plans[pool].group, slot), None)
+            group = self._plans[pool].group
+            units = self._units(pool, slots)
+            busy = [u for u in units if u in self._in_flight[pool]]
+            if busy:
+                raise FenceError(f"{self.request_id}: slot {busy[0]} of pool {pool} would enter the tree with IO in flight")
+            self._owned[pool].difference_update(units)
+            for unit in units:
+                self._holders.pop((group, unit), None)
 
     def release(self, pool: str, slots: Sequence[int]) -> None:
-        """Free slots the operation owns that will not be inserted (e.g. duplicates)."""
+        """Release slots (whole units) the operation owns that will not be inserted (e.g. duplicates)."""
         with self.lock:
-            self._release(pool, slots)
+            self._release(pool, self._units(pool, slots))
 
     def release_idle(self) -> None:
-        """Free every slot still owned and not under IO; in-flight ones go when their IO ends."""
+        """Release every slot still owned and not under IO; in-flight ones go when their IO ends."""
         with self.lock:
             self._release_idle()
 
@@ -269,39 +289,51 @@ class PrefetchOperation:
         with self.lock:
             released, self._released = self._released, []
             returnable, self._returnable = self._returnable, {}
-            for pool, slots in released:
-                self.trace.record(EventKind.FREE, op=self.request_id, pool=pool, space=HOST, slots=slots)
-        for group, slots in returnable.items():
+            if self.trace.enabled:
+                for pool, units in released:
+                    self.trace.record(EventKind.FREE, op=self.request_id, pool=pool, space=HOST, slots=_expand(units, self._width[pool]))
+        freed = 0
+        for group, units in returnable.items():
+            slots = _expand(units, self._group_width[group])
             self._free_slots(group, slots)
-        return sum(len(s) for s in returnable.values())
+            freed += len(slots)
+        return freed
 
     def owned_slots(self) -> dict[str, list[int]]:
         with self.lock:
-            return {pool: sorted(slots) for pool, slots in self._owned.items() if slots}
+            return {pool: _expand(sorted(units), self._width[pool]) for pool, units in self._owned.items() if units}
 
     # --- internals (lock held) ------------------------------------------------
 
-    def _slots_per_page(self, plan: PoolPlan) -> int:
-        return self.page_size if plan.per_page else 1
+    def _units(self, pool: str, slots: Sequence[int] | torch.Tensor) -> list[int]:
+        width = self._width[pool]
+        firsts = slots[::width]
+        return firsts.tolist() if isinstance(firsts, torch.Tensor) else list(firsts)
 
     def _release_idle(self) -> None:
         for pool, owned in self._owned.items():
-            idle = [s for s in owned if s not in self._in_flight[pool]]
-            self._release(pool, idle)
+            in_flight = self._in_flight[pool]
+            self._release(pool, [u for u in owned if u not in in_flight])
 
-    def _release(self, pool: str, slots: Sequence[int]) -> None:
+    def _release(self, pool: str, units: Sequence[int]) -> None:
         owned = self._owned[pool]
-        mine = [s for s in slots if s in owned]
+        mine = [u for u in units if u in owned]
         if not mine:
             return
         owned.difference_update(mine)
         self._released.append((pool, mine))
         group = self._plans[pool].group
-        for slot in mine:
-            holders = self._holders.get((group, slot))
+        for unit in mine:
+            holders = self._holders.get((group, unit))
             if holders is None:
                 continue
             holders.discard(pool)
             if not holders:
-                del self._holders[(group, slot)]
-                self._returnable.setdefault(group, []).append(slot)
+                del self._holders[(group, unit)]
+                self._returnable.setdefault(group, []).append(unit)
+
+
+def _expand(units: Sequence[int], width: int) -> list[int]:
+    if width == 1:
+        return list(units)
+    return [first + offset for first in units for offset in range(width)]
