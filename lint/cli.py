@@ -1,0 +1,79 @@
+"""Command line: `hicache-lint [PATHS...]` / `python -m lint`.
+
+Exit status: 0 clean, 1 findings, 2 usage, configuration or input errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from lint import config as config_mod
+from lint.api import Result, lint_paths, lint_repo
+from lint.config import ConfigError
+from lint.findings import FileError
+from lint.report import FORMATS, WRITERS
+from lint.rules import ALL_RULES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hicache-lint",
+        description="Check can_terminate_prefetch implementations for the pool-transfer guard.",
+    )
+    parser.add_argument("paths", nargs="*", help="files or directories (recursed for *.py)")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    parser.add_argument("--fix", action="store_true", help="apply available fixes in place")
+    parser.add_argument("--config", type=Path, help="TOML file with a [tool.hicache-lint] table")
+    parser.add_argument("--repo", action="store_true",
+                        help="lint the configured implementations (for pass_filenames: false hooks)")
+    parser.add_argument("--skip-empty", action="store_true",
+                        help="skip empty files named on the command line instead of reporting them "
+                             "(for hooks that pass every staged file, empty __init__.py included)")
+    parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> Result:
+    if args.config is not None:
+        config = config_mod.load_file(args.config)
+    else:
+        config = config_mod.discover()
+    if args.repo:
+        return lint_repo(config, fix=args.fix)
+    return lint_paths(args.paths, config, fix=args.fix, skip_empty=args.skip_empty)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_rules:
+        for rule in ALL_RULES:
+            print(f"{rule.code} {rule.name}: {rule.summary}")
+        return 0
+    if args.repo and args.paths:
+        parser.error("--repo lints the configured implementations; do not also pass paths")
+    if not args.repo and not args.paths:
+        parser.error("no paths given; pass files or directories, or --repo")
+    try:
+        result = _run(args)
+    except ConfigError as exc:
+        # machine formats still get a document that carries the error
+        result = Result(errors=[FileError(exc.source, exc.message)])
+    WRITERS[args.format](result, sys.stdout)
+    for note in result.fixed:
+        print(f"fixed: {note}", file=sys.stderr)
+    for error in result.errors:
+        print(str(error), file=sys.stderr)
+    sys.stdout.flush()
+    return result.exit_code
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,175 @@
+"""Find termination methods with the stdlib parser (fast), before any libcst work.
+
+libcst then parses only the method found here (see lint/unit.py); the class-level
+facts the analysis needs from the rest of the file (helper methods, attributes
+set on self, module functions) are indexed here from the same stdlib tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Union
+
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+
+
+@dataclass
+class ClassIndex:
+    methods: dict[str, FunctionNode] = field(default_factory=dict)
+    attribute_values: dict[str, list[ast.expr]] = field(default_factory=dict)
+    module_functions: dict[str, FunctionNode] = field(default_factory=dict)
+
+
+@dataclass
+class MethodSite:
+    class_qualname: str
+    method: str
+    def_line: int
+    first_line: int
+    end_line: int
+    col_offset: int
+    index: ClassIndex
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.class_qualname}.{self.method}"
+
+
+def _module_functions(tree: ast.Module) -> dict[str, FunctionNode]:
+    return {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _iter_classes(
+    body: list[ast.stmt], prefix: str = ""
+) -> Iterator[tuple[str, ast.ClassDef]]:
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            qual = f"{prefix}{node.name}"
+            yield qual, node
+            yield from _iter_classes(node.body, qual + ".")
+        elif isinstance(node, (ast.If, ast.Try)):
+            # Classes defined under `if TYPE_CHECKING:` / `try:` at module level.
+            blocks = [node.body, node.orelse]
+            if isinstance(node, ast.Try):
+                blocks += [h.body for h in node.handlers] + [node.finalbody]
+            for block in blocks:
+                yield from _iter_classes(block, prefix)
+
+
+def _class_index(cls: ast.ClassDef, module_functions: dict[str, FunctionNode]) -> ClassIndex:
+    index = ClassIndex(module_functions=module_functions)
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            index.methods[node.name] = node
+            for sub in ast.walk(node):
+                targets: list[ast.expr] = []
+                value: Optional[ast.expr] = None
+                if isinstance(sub, ast.Assign):
+                    targets, value = sub.targets, sub.value
+                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+                    targets, value = [sub.target], sub.value
+                for target in targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                        and value is not None
+                    ):
+                        index.attribute_values.setdefault(target.attr, []).append(value)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    index.attribute_values.setdefault(target.id, []).append(node.value)
+    return index
+
+
+def _site(qual: str, cls: ast.ClassDef, func: FunctionNode, index: ClassIndex) -> MethodSite:
+    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+    return MethodSite(
+        class_qualname=qual,
+        method=func.name,
+        def_line=func.lineno,
+        first_line=first,
+        end_line=func.end_lineno or func.lineno,
+        col_offset=func.col_offset,
+        index=index,
+    )
+
+
+def find_methods(tree: ast.Module, names: frozenset[str]) -> list[MethodSite]:
+    """Every method named in `names`, defined directly in any class body."""
+    module_functions = _module_functions(tree)
+    sites: list[MethodSite] = []
+    for qual, cls in _iter_classes(tree.body):
+        funcs = [
+            n
+            for n in cls.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names
+        ]
+        if funcs:
+            index = _class_index(cls, module_functions)
+            sites.extend(_site(qual, cls, f, index) for f in funcs)
+    return sites
+
+
+def find_method(tree: ast.Module, class_qualname: str, method: str) -> Union[MethodSite, str]:
+    """The one configured method, or a reason string naming what is missing."""
+    for qual, cls in _iter_classes(tree.body):
+        if qual != class_qualname:
+            continue
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
+                return _site(qual, cls, node, _class_index(cls, _module_functions(tree)))
+        return f"class {class_qualname} has no method {method}"
+    return f"class {class_qualname} not found"
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def ast_has_min_cap(nodes: list[ast.AST], index: ClassIndex, depth: int = 0,
+                    seen: Optional[set[int]] = None) -> Optional[bool]:
+    """True when a `min(a, b, ...)` bounds the value, following self-helpers,
+    attributes set on self and module functions a few levels deep; None when
+    it depends on a helper this file does not define (an inherited method, an
+    imported function); False otherwise."""
+    seen = set() if seen is None else seen
+    if depth > 4:
+        return None
+    follow: list[ast.AST] = []
+    unknown = False
+    for root in nodes:
+        for sub in ast.walk(root):
+            if isinstance(sub, ast.Call):
+                func = sub.func
+                if isinstance(func, ast.Name):
+                    if func.id == "min" and len(sub.args) >= 2:
+                        return True
+                    if func.id in index.module_functions:
+                        follow.append(index.module_functions[func.id])
+                    elif func.id not in _BUILTINS:
+                        unknown = True
+                elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                      and func.value.id == "self" and func.attr not in index.methods):
+                    unknown = True
+            if (
+                isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "self"
+            ):
+                if sub.attr in index.methods:
+                    follow.append(index.methods[sub.attr])
+                follow.extend(index.attribute_values.get(sub.attr, []))
+    fresh = [n for n in follow if id(n) not in seen]
+    seen.update(id(n) for n in fresh)
+    deeper = ast_has_min_cap(fresh, index, depth + 1, seen) if fresh else False
+    if deeper:
+        return True
+    return None if unknown or deeper is None else False

@@ -1,0 +1,155 @@
+"""HC104: implementations linted together disagree on the protocol's structure."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from lint.findings import Finding
+from lint.model import FEATURE_NAMES, MethodAnalysis
+from lint.rules.base import GroupRule, Invalid
+
+ALIGNED = '''
+import time
+
+import torch
+
+
+class HiRadixCache:
+    def _timed_out(self, operation):
+        tokens = len(operation.hash_value) * self.page_size
+        limit = min(
+            self.prefetch_timeout_max,
+            self.prefetch_timeout_base + self.prefetch_timeout_per_ki_token * tokens / 1024,
+        )
+        return time.monotonic() - operation.start_time > limit
+
+    def can_terminate_prefetch(self, operation):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        if len(operation.hash_value) == 0:
+            completed = False
+        else:
+            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
+        if completed and getattr(operation, "pool_transfers", None) and not getattr(
+            operation, "pool_transfers_done", True
+        ):
+            completed = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = completed
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self._timed_out(operation)
+        operation_terminated = operation.is_terminated()
+        if self.tp_world_size > 1:
+            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
+            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
+            can_terminate = states[0].item() == 0
+            operation_terminated = states[1].item() == 1
+        can_terminate = can_terminate or operation_terminated
+        return can_terminate
+
+
+class UnifiedRadixCache:
+    def can_terminate_prefetch(self, op):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        kv_complete = bool(op.hash_value) and op.completed_tokens == len(op.hash_value) * self.page_size
+        if kv_complete and op.pool_transfers and not op.pool_transfers_done:
+            kv_complete = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = kv_complete
+        elif self.prefetch_stop_policy == "timeout":
+            budget = min(self.timeout_max, self.timeout_base + self.timeout_per_ki * len(op.hash_value) / 1024)
+            can_terminate = kv_complete or self.clock.now() - op.start_time > budget
+        terminated = op.is_terminated()
+        vote_no, any_terminated = self.reducer.all_reduce_max(
+            [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
+        )
+        return vote_no == 0 or any_terminated == 1
+
+
+class HiMambaRadixCache:
+    def __init__(self, base, per_ki, cap):
+        self.timeout_limit = min(cap, base + per_ki)
+
+    def can_terminate_prefetch(self, prefetch_op):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        is_done = self._prefetch_completed(prefetch_op)
+        if is_done and prefetch_op.pool_transfers and not prefetch_op.pool_transfers_done:
+            is_done = False
+        can_terminate = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = is_done
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = is_done or self.clock.now() - prefetch_op.start_time > self.timeout_limit
+        terminated = prefetch_op.is_terminated()
+        if self.world_size > 1:
+            vote_no, terminated = self.reducer.all_reduce_max(
+                [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
+            )
+            can_terminate = vote_no == 0
+        return can_terminate or terminated
+'''
+
+UNCAPPED = ALIGNED.replace(
+    "            budget = min(self.timeout_max, self.timeout_base + self.timeout_per_ki * len(op.hash_value) / 1024)\n",
+    "            budget = self.timeout_base + self.timeout_per_ki * len(op.hash_value) / 1024\n",
+)
+MIN_REDUCE = ALIGNED.replace(
+    "op=torch.distributed.ReduceOp.MAX", "op=torch.distributed.ReduceOp.MIN"
+)
+
+
+class AlignmentDrift(GroupRule):
+    """Each implementation writes the termination method in its own idiom, and
+    that is fine; what must not differ is the normalized structure: which
+    policies are handled, whether the guard is present, what it is keyed on and
+    whether it takes effect, how the vote is combined with "already terminated",
+    the reduce's op and payload, and whether the timeout is capped. The
+    implementation that differs from the majority is reported at the differing
+    element, naming the feature."""
+
+    code = "HC104"
+    name = "alignment-drift"
+    summary = "termination methods linted together differ in normalized structure"
+
+    VALID = (ALIGNED,)
+    INVALID = (
+        Invalid(UNCAPPED, line=52, message="'timeout-cap'"),
+        Invalid(MIN_REDUCE, line=35, message="'reduce-op'"),
+    )
+
+    def check_group(self, methods: list[MethodAnalysis]) -> Iterable[Finding]:
+        active = [m for m in methods if m.skip_reason is None]
+        if len(active) < 2:
+            return
+        for feature in FEATURE_NAMES:
+            values = [(m, m.features[feature]) for m in active if m.features[feature].value is not None]
+            counts = Counter(f.value for _, f in values)
+            if len(counts) < 2:
+                continue
+            top, top_count = counts.most_common(1)[0]
+            total = len(values)
+            if top_count * 2 > total:
+                example, example_feature = next((m, f) for m, f in values if f.value == top)
+                for method, feat in values:
+                    if feat.value == top:
+                        continue
+                    yield self.finding(
+                        method, feat.line, method.column_of_line(feat.line),
+                        f"alignment drift in '{feature}': {method.qualname} has {feat.value!r}, "
+                        f"the majority ({top_count} of {total}) has {top!r}, e.g. "
+                        f"{example.qualname} at {example.path}:{example_feature.line}",
+                    )
+            else:
+                for method, feat in values:
+                    others = sorted({str(f.value) for _, f in values} - {feat.value})
+                    yield self.finding(
+                        method, feat.line, method.column_of_line(feat.line),
+                        f"alignment drift in '{feature}': {method.qualname} has {feat.value!r}, "
+                        f"other implementations have {', '.join(repr(o) for o in others)}; "
+                        f"no value has a majority",
+                    )

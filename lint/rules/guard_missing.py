@@ -1,0 +1,185 @@
+"""HC101: a termination method without the pool-transfer guard."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from lint.findings import Finding
+from lint.model import MethodAnalysis
+from lint.rules.base import Invalid, MethodRule
+
+GUARDED = '''
+import time
+import torch
+
+
+class HiRadixCache:
+    def can_terminate_prefetch(self, operation):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        if len(operation.hash_value) == 0:
+            completed = False
+        else:
+            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
+        if completed and getattr(operation, "pool_transfers", None) and not getattr(
+            operation, "pool_transfers_done", True
+        ):
+            completed = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = completed
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self._timed_out(operation)
+        operation_terminated = operation.is_terminated()
+        if self.tp_world_size > 1:
+            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
+            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
+            can_terminate = states[0].item() == 0
+            operation_terminated = states[1].item() == 1
+        can_terminate = can_terminate or operation_terminated
+        return can_terminate
+'''
+
+UNGUARDED = '''
+class UnifiedRadixCache:
+    def can_terminate_prefetch(self, op):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        # an empty hit list never counts as complete
+        kv_complete = bool(op.hash_value) and op.completed_tokens == len(op.hash_value) * self.page_size
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = kv_complete
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = kv_complete or self.clock() - op.start_time > self.timeout_for(op)
+        terminated = op.is_terminated()
+        vote_no, any_terminated = self.reducer.all_reduce_max(
+            [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
+        )
+        return vote_no == 0 or any_terminated == 1
+'''
+
+UNGUARDED_FIXED = '''
+class UnifiedRadixCache:
+    def can_terminate_prefetch(self, op):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        # an empty hit list never counts as complete
+        kv_complete = bool(op.hash_value) and op.completed_tokens == len(op.hash_value) * self.page_size
+        # KV alone is not complete while extra-pool transfers still run.
+        if kv_complete and op.pool_transfers and not op.pool_transfers_done:
+            kv_complete = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = kv_complete
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = kv_complete or self.clock() - op.start_time > self.timeout_for(op)
+        terminated = op.is_terminated()
+        vote_no, any_terminated = self.reducer.all_reduce_max(
+            [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
+        )
+        return vote_no == 0 or any_terminated == 1
+'''
+
+GETATTR_FILE_UNGUARDED = '''
+class HiMambaRadixCache:
+    def _pending(self, prefetch_op):
+        return getattr(prefetch_op, "pool_transfers", None) or []
+
+    def can_terminate_prefetch(self, prefetch_op):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        is_done = self._prefetch_completed(prefetch_op)
+        can_terminate = is_done
+        if self.prefetch_stop_policy == "timeout":
+            can_terminate = is_done or self._timed_out(prefetch_op)
+        return can_terminate
+'''
+
+GETATTR_FILE_FIXED = '''
+class HiMambaRadixCache:
+    def _pending(self, prefetch_op):
+        return getattr(prefetch_op, "pool_transfers", None) or []
+
+    def can_terminate_prefetch(self, prefetch_op):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        is_done = self._prefetch_completed(prefetch_op)
+        # KV alone is not complete while extra-pool transfers still run.
+        if is_done and getattr(prefetch_op, "pool_transfers", None) and not getattr(prefetch_op, "pool_transfers_done", True):
+            is_done = False
+        can_terminate = is_done
+        if self.prefetch_stop_policy == "timeout":
+            can_terminate = is_done or self._timed_out(prefetch_op)
+        return can_terminate
+'''
+
+
+class GuardMissing(MethodRule):
+    """The vote must be "no" while KV completed but extra-pool transfers are not
+    done. A termination method that never consults `pool_transfers_done` in a
+    way that forces the vote to "no" lets a rank insert host slots an extra-pool
+    get is still writing."""
+
+    code = "HC101"
+    name = "guard-missing"
+    summary = "termination method has no pool_transfers_done guard forcing the vote to no"
+    fixable = True
+
+    VALID = (
+        GUARDED,
+        # abstract declarations and delegations hold no logic to guard
+        '''
+import abc
+
+
+class BaseCache(abc.ABC):
+    @abc.abstractmethod
+    def can_terminate_prefetch(self, operation):
+        """Return whether the prefetch may stop now."""
+
+
+class Wrapper(BaseCache):
+    def can_terminate_prefetch(self, operation):
+        return super().can_terminate_prefetch(operation)
+''',
+        # plain attributes, the flag read through a local, guard as `&=`
+        '''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = len(op.hash_value) > 0 and op.completed_tokens >= len(op.hash_value) * self.page_size
+        extras_done = op.pool_transfers_done
+        completed &= extras_done
+        if self.prefetch_stop_policy == "wait_complete":
+            return completed
+        return completed or self.timed_out(op)
+''',
+    )
+    INVALID = (
+        Invalid(UNGUARDED, line=3, fixed=UNGUARDED_FIXED, message="no pool_transfers_done guard"),
+        Invalid(GETATTR_FILE_UNGUARDED, line=6, fixed=GETATTR_FILE_FIXED),
+        # inverted: this forces "no" once the transfers are done, not while they run
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if completed and op.pool_transfers_done:
+            completed = False
+        return completed
+''', line=3),
+    )
+
+    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        from lint.fix import can_insert_guard
+
+        if method.guard is not None:
+            return
+        note = ""
+        if not method.predicates:
+            note = " (no completion predicate local found to key it on)"
+        yield self.finding(
+            method, method.def_line, method.def_col,
+            f"{method.qualname} has no pool_transfers_done guard: the vote can be 'yes' "
+            f"while extra-pool transfers are still running{note}",
+            fixable=can_insert_guard(method),
+        )

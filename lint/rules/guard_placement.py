@@ -1,0 +1,168 @@
+"""HC103: the guard exists but cannot take effect where it sits."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from lint.findings import Finding
+from lint.model import MethodAnalysis
+from lint.rules.base import Invalid, MethodRule
+from lint.rules.guard_missing import GUARDED
+
+AFTER_REDUCE = '''
+import torch
+
+
+class HiRadixCache:
+    def can_terminate_prefetch(self, operation):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        if len(operation.hash_value) == 0:
+            completed = False
+        else:
+            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = completed
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self._timed_out(operation)
+        operation_terminated = operation.is_terminated()
+        if self.tp_world_size > 1:
+            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
+            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
+            can_terminate = states[0].item() == 0
+            operation_terminated = states[1].item() == 1
+        if completed and operation.pool_transfers and not operation.pool_transfers_done:
+            completed = False
+        can_terminate = can_terminate or operation_terminated
+        return can_terminate
+'''
+
+AFTER_REDUCE_FIXED = '''
+import torch
+
+
+class HiRadixCache:
+    def can_terminate_prefetch(self, operation):
+        can_terminate = True
+        if self.prefetch_stop_policy == "best_effort":
+            return can_terminate
+        if len(operation.hash_value) == 0:
+            completed = False
+        else:
+            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
+        if completed and operation.pool_transfers and not operation.pool_transfers_done:
+            completed = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = completed
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self._timed_out(operation)
+        operation_terminated = operation.is_terminated()
+        if self.tp_world_size > 1:
+            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
+            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
+            can_terminate = states[0].item() == 0
+            operation_terminated = states[1].item() == 1
+        can_terminate = can_terminate or operation_terminated
+        return can_terminate
+'''
+
+
+class GuardPlacement(MethodRule):
+    """A guard only helps if every rank's vote includes it: it must sit after
+    the completion predicate is bound, before that predicate feeds the vote,
+    before the cross-rank reduce, on both the wait_complete and timeout paths,
+    and no earlier return may hand out a 'yes' around it. An early-return guard
+    ahead of a reduce makes this rank skip a collective its peers still run."""
+
+    code = "HC103"
+    name = "guard-placement"
+    summary = "guard is placed where it cannot take effect (after the reduce, bypassed, or skipping the collective)"
+    fixable = True
+
+    VALID = (
+        GUARDED,
+        # reduce through a reducer object, only with several ranks
+        '''
+class HiMambaRadixCache:
+    def can_terminate_prefetch(self, operation):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        completed = bool(operation.hash_value) and (
+            operation.completed_tokens == len(operation.hash_value) * self.page_size
+        )
+        if completed and operation.pool_transfers and not operation.pool_transfers_done:
+            completed = False
+        can_terminate = completed
+        if self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self._timed_out(operation)
+        terminated = operation.is_terminated()
+        if self.world_size > 1:
+            vote_no, terminated = self.reducer.all_reduce_max(
+                [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
+            )
+            can_terminate = vote_no == 0
+        return can_terminate or terminated
+''',
+    )
+    INVALID = (
+        Invalid(AFTER_REDUCE, line=24, fixed=AFTER_REDUCE_FIXED, message="after the cross-rank reduce"),
+        # an earlier return on the wait_complete path hands out "yes" around the guard
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if self.prefetch_stop_policy == "wait_complete":
+            return completed
+        if completed and not op.pool_transfers_done:
+            completed = False
+        return completed or self.timed_out(op)
+''', line=7, message="bypasses it"),
+        # early-return guard ahead of the collective
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if completed and not op.pool_transfers_done:
+            return False
+        can_terminate = completed
+        flags = self.reducer.all_reduce_max([1 - int(can_terminate), int(op.is_terminated())], name="t")
+        return flags[0] == 0 or flags[1] == 1
+''', line=5, message="skip the collective"),
+        # the predicate was already folded into the vote
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        can_terminate = completed
+        if completed and not op.pool_transfers_done:
+            completed = False
+        return can_terminate
+''', line=6, message="already used"),
+        # only the wait_complete path is guarded
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if self.prefetch_stop_policy == "wait_complete":
+            if completed and not op.pool_transfers_done:
+                completed = False
+            can_terminate = completed
+        else:
+            can_terminate = completed or self.timed_out(op)
+        return can_terminate
+''', line=6, message="timeout path votes without it"),
+    )
+
+    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        from lint.fix import can_relocate_guard
+
+        guard = method.guard
+        if guard is None or not guard.problems:
+            return
+        kind, message, _ = guard.problems[0]
+        yield self.finding(
+            method, guard.line, guard.col,
+            f"ineffective pool_transfers_done guard in {method.qualname}: {message}",
+            fixable=kind != "bypass" and can_relocate_guard(method),
+        )

@@ -1,0 +1,136 @@
+"""Finding files, reading them, the text prefilter and decoding."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+from lint.findings import FileError
+
+SKIP_DIRS = {"__pycache__", "node_modules"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: Path
+    display: str
+    explicit: bool  # named on the command line (or in the configuration)
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    display: str
+    text: str
+    lines: list[str]
+    tree: ast.Module
+    bom: bool
+    encoding: str
+
+
+def display_path(path: Path) -> str:
+    """Relative to the cwd when the file is under it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def discover(paths: Iterable[str]) -> tuple[list[Candidate], list[FileError]]:
+    """Expand paths: files as given, directories recursed for *.py."""
+    found: list[Candidate] = []
+    errors: list[FileError] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        full = Path(root) / name
+                        found.append(Candidate(full, display_path(full), False))
+        elif path.is_file():
+            found.append(Candidate(path, display_path(path), True))
+        elif path.exists():
+            errors.append(FileError(display_path(path), "not a regular file or directory"))
+        else:
+            errors.append(FileError(display_path(path), "no such file or directory"))
+    return found, errors
+
+
+def passes_prefilter(data: bytes, needles: Iterable[bytes]) -> bool:
+    return any(needle in data for needle in needles)
+
+
+def decode(data: bytes, display: str) -> Union[tuple[str, bool, str], FileError]:
+    """(text, had_bom, encoding) or the reason the bytes are not source text."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return FileError(display, f"binary file (NUL byte at offset {nul}); expected Python source")
+    bom = data.startswith(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8-sig"), bom, "utf-8"
+    except UnicodeDecodeError as exc:
+        utf8_error = exc
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = "utf-8"
+    if encoding.lower().replace("_", "-") not in ("utf-8", "utf-8-sig"):
+        try:
+            return data.decode(encoding), False, encoding
+        except (UnicodeDecodeError, LookupError):
+            pass
+    bad = data[utf8_error.start]
+    return FileError(
+        display,
+        f"not valid UTF-8 (byte 0x{bad:02x} at offset {utf8_error.start}); "
+        f"expected UTF-8 Python source",
+    )
+
+
+def load(candidate: Candidate, data: bytes) -> Union[SourceFile, FileError]:
+    decoded = decode(data, candidate.display)
+    if isinstance(decoded, FileError):
+        return decoded
+    text, bom, encoding = decoded
+    try:
+        tree = ast.parse(text, filename=candidate.display)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        return FileError(candidate.display, f"syntax error at {where}: {exc.msg}")
+    except (ValueError, RecursionError) as exc:
+        return FileError(candidate.display, f"cannot parse: {exc}")
+    return SourceFile(candidate.path, candidate.display, text, text.splitlines(keepends=True),
+                      tree, bom, encoding)
+
+
+def read(candidate: Candidate) -> Union[bytes, FileError]:
+    try:
+        return candidate.path.read_bytes()
+    except OSError as exc:
+        return FileError(candidate.display, f"cannot read: {exc.strerror or exc}")
+
+
+def count_lines(data: bytes) -> int:
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def encode(text: str, bom: bool, encoding: str) -> bytes:
+    data = text.encode(encoding)
+    return b"\xef\xbb\xbf" + data if bom else data
+
+
+def explicit_problem(data: bytes, display: str) -> Optional[FileError]:
+    """Problems reported only for files named explicitly."""
+    if not data.strip():
+        return FileError(display, "file is empty; expected Python source")
+    decoded = decode(data, display)
+    return decoded if isinstance(decoded, FileError) else None

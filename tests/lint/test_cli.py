@@ -1,0 +1,141 @@
+"""Command line: exit codes, bad input, the text prefilter, entry points."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from lint.api import lint_paths
+from lint.cli import main
+from lint.config import Config
+
+REPO = Path(__file__).resolve().parents[2]
+
+GUARDLESS = (
+    "class Cache:\n"
+    "    def can_terminate_prefetch(self, op):\n"
+    "        completed = op.completed_tokens == len(op.hash_value) * self.page_size\n"
+    "        return completed\n"
+)
+
+
+@pytest.fixture
+def tree(tmp_path, samples) -> Path:
+    shutil.copy(samples / "hiradix_upstream.py.txt", tmp_path / "good.py")
+    (tmp_path / "bad.py").write_text(GUARDLESS)
+    return tmp_path
+
+
+def test_exit_0_when_clean(tree, run_cli):
+    proc = run_cli("good.py", cwd=tree)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_exit_1_with_findings(tree, run_cli):
+    proc = run_cli("good.py", "bad.py", cwd=tree)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0].startswith("bad.py:2:5: HC101 Cache.can_terminate_prefetch has no")
+    assert proc.stderr == ""
+
+
+BAD_INPUTS = {
+    "syntax.py": (b"class A:\n    def can_terminate_prefetch(self, op:\n",
+                  "syntax.py: error: syntax error at line 2, column 31: '(' was never closed"),
+    "latin1.py": (b"x = '\xe9'  # can_terminate_prefetch\n",
+                  "latin1.py: error: not valid UTF-8 (byte 0xe9 at offset 5); expected UTF-8 Python source"),
+    "empty.py": (b"", "empty.py: error: file is empty; expected Python source"),
+    "blob.bin": (b"\x89PNG\r\n\x1a\n\x00\x00", "blob.bin: error: binary file (NUL byte at offset 8); "
+                                                  "expected Python source"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_other_files_still_linted(tree, run_cli, name):
+    data, expected = BAD_INPUTS[name]
+    (tree / name).write_bytes(data)
+    proc = run_cli(name, "bad.py", cwd=tree)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [expected]
+    assert "HC101" in proc.stdout  # bad.py was still linted
+
+
+def test_missing_path(tree, run_cli):
+    proc = run_cli("nope.py", "bad.py", cwd=tree)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["nope.py: error: no such file or directory"]
+    assert "HC101" in proc.stdout
+
+
+def test_all_bad_inputs_together(tree, run_cli):
+    for name, (data, _) in BAD_INPUTS.items():
+        (tree / name).write_bytes(data)
+    proc = run_cli(*BAD_INPUTS, "nope.py", "good.py", cwd=tree)
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == len(BAD_INPUTS) + 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_coding_cookie_is_honoured(tmp_path):
+    path = tmp_path / "legacy.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9'\n" + GUARDLESS.encode())
+    result = lint_paths([path], Config(root=tmp_path))
+    assert result.errors == []
+    assert [f.code for f in result.findings] == ["HC101"]
+
+
+def test_prefilter_skips_files_without_a_method_name(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken_but_unrelated.py").write_text("def f(:\n")  # never parsed
+    (pkg / "caller.py").write_text("def g(cache, op):\n    return cache.can_terminate_prefetch(op)\n")
+    (pkg / "impl.py").write_text(GUARDLESS)
+    (pkg / "notes.txt").write_text(GUARDLESS)  # not *.py: not collected from a directory
+    hidden = pkg / ".venv"
+    hidden.mkdir()
+    (hidden / "vendored.py").write_text(GUARDLESS)
+    result = lint_paths([pkg], Config(root=tmp_path))
+    assert result.errors == []
+    assert result.files_seen == 4
+    assert result.files_parsed == 1  # caller.py passes the prefilter, has no such method
+    assert result.methods == 1
+    assert [Path(f.path).name for f in result.findings] == ["impl.py"]
+
+
+def test_usage_errors(run_cli, tmp_path):
+    proc = run_cli(cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "hicache-lint: error: no paths given; pass files or directories, or --repo"]
+    proc = run_cli("--repo", "x.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "--repo" in proc.stderr
+    proc = run_cli("--format", "xml", "x.py", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+
+
+def test_list_rules(capsys):
+    assert main(["--list-rules"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106"]
+
+
+def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
+    assert 'hicache-lint = "lint.cli:main"' in (REPO / "pyproject.toml").read_text()
+    monkeypatch.chdir(tree)
+    assert main(["bad.py"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("bad.py:2:5: HC101 ")
+    assert (REPO / "lint" / "__main__.py").is_file()
+    assert sys.modules["lint.cli"].main is main
+
+
+def test_skip_empty_for_hooks(tree, run_cli):
+    (tree / "__init__.py").write_text("")
+    proc = run_cli("__init__.py", "good.py", cwd=tree)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "__init__.py: error: file is empty; expected Python source"]
+    proc = run_cli("--skip-empty", "__init__.py", "good.py", cwd=tree)
+    assert (proc.returncode, proc.stderr) == (0, "")

@@ -1,0 +1,76 @@
+"""Every rule's own VALID / INVALID examples, run as tests (the Fixit habit)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lint.api import fix_source, lint_source
+from lint.rules import ALL_RULES, RULES_BY_CODE, RULES_BY_NAME
+
+FIXABLE_CODES = {"HC101", "HC102", "HC103"}
+
+VALID = [
+    pytest.param(rule, i, id=f"{rule.code}-valid-{i}")
+    for rule in ALL_RULES for i in range(len(rule.VALID))
+]
+INVALID = [
+    pytest.param(rule, i, id=f"{rule.code}-invalid-{i}")
+    for rule in ALL_RULES for i in range(len(rule.INVALID))
+]
+FIXED = [
+    pytest.param(rule, i, id=f"{rule.code}-fixed-{i}")
+    for rule in ALL_RULES for i, example in enumerate(rule.INVALID) if example.fixed is not None
+]
+
+
+def test_codes_are_stable_and_documented():
+    assert [r.code for r in ALL_RULES] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106"]
+    assert len(RULES_BY_NAME) == len(ALL_RULES)
+    readme = (__import__("lint").__path__[0] + "/README.md")
+    text = open(readme, encoding="utf-8").read()
+    for rule in ALL_RULES:
+        assert rule.code in text and rule.name in text
+        assert rule.summary and rule.__doc__
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_every_rule_has_examples(rule):
+    assert rule.VALID and rule.INVALID
+    if rule.fixable:
+        assert any(example.fixed for example in rule.INVALID)
+
+
+@pytest.mark.parametrize("rule, index", VALID)
+def test_valid_example(rule, index):
+    result = lint_source(rule.VALID[index])
+    assert result.errors == []
+    assert [str(f) for f in result.findings if f.code == rule.code] == []
+
+
+@pytest.mark.parametrize("rule, index", INVALID)
+def test_invalid_example(rule, index):
+    example = rule.INVALID[index]
+    result = lint_source(example.code)
+    assert result.errors == []
+    hits = [f for f in result.findings if f.code == rule.code]
+    assert hits, f"{rule.code} not reported; got {[str(f) for f in result.findings]}"
+    if example.line is not None:
+        assert [f.line for f in hits] == [example.line] * len(hits)
+    if example.message is not None:
+        assert any(example.message in f.message for f in hits), [f.message for f in hits]
+
+
+@pytest.mark.parametrize("rule, index", FIXED)
+def test_fixed_example(rule, index):
+    example = rule.INVALID[index]
+    fixed = fix_source(example.code)
+    assert fixed == example.fixed
+    assert fix_source(fixed) == fixed, "fix is not idempotent"
+    after = lint_source(fixed)
+    assert [str(f) for f in after.findings if f.code in FIXABLE_CODES] == []
+    before = lint_source(example.code)
+    assert any(f.fixable for f in before.findings if f.code == rule.code)
+
+
+def test_rule_lookup_by_code():
+    assert RULES_BY_CODE["HC101"].name == "guard-missing"
