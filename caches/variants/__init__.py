@@ -1,0 +1,26 @@
+"""Known-bad variants of the hiradix cache: they prove the conformance harness has teeth.
+
+Each one breaks the protocol in one way that upstream broke it (or could),
+and its module docstring names the clauses that must catch it. Run one with
+
+    python -m pytest conformance --cache-impl caches.variants:guard_missing
+
+tests/conformance/test_teeth.py checks that every variant fails the suite
+naming those clauses, while the real hiradix passes the same selection.
+They are never registered as entry points.
+"""
+
+from caches.variants.guard_after_reduce import guard_after_reduce
+from caches.variants.guard_missing import guard_missing
+from caches.variants.guard_on_vote import guard_on_vote
+from caches.variants.upstream_windows import upstream_windows
+
+# variant factory name -> clauses the conformance suite must report as failed
+EXPECTED_FAILURES = {
+    "guard_missing": ("D3",),
+    "guard_on_vote": ("D5",),
+    "guard_after_reduce": ("X3",),
+    "upstream_windows": ("S1", "F3", "F7"),
+}
+
+__all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "EXPECTED_FAILURES"]
