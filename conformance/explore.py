@@ -552,8 +552,8 @@ class _Run:
 # --- the checks every run (and every fault scenario) ends with -------------------------------
 
 def spec_violations(trace: TraceRecorder, config: TerminationConfig) -> list[Any]:
-    """spec.invariants.check over the whole trace, less one known checker finding (see below)."""
-    return [v for v in check(trace.trace(), config) if not _abort_commit_flagged_by_l1(v)]
+    """spec.invariants.check over the whole trace."""
+    return check(trace.trace(), config)
 
 
 def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, tokens: Sequence[int], data: Mapping[str, Any], committed: int) -> Any:
@@ -583,14 +583,3 @@ def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, t
     leaked = {name: allocated for name, (allocated, _free, _cap) in cache.slot_accounting().items() if allocated}
     assert not leaked, f"F8/S3: slots still allocated after evict_all (leaked): {leaked}"
     return loaded
-
-
-def _abort_commit_flagged_by_l1(violation: Any) -> bool:
-    """spec.invariants' L1 asks an aborted wait_complete request to commit its whole hit.
-
-    An abort's COMMIT (value 0) carries no step: the request is gone, not
-    terminated by a check, and F8 wants its slots back. L1 is about checks, so
-    this one finding is not a violation (reported against the checker).
-    """
-    event = violation.event
-    return violation.clause == "L1" and event is not None and event.kind is EventKind.COMMIT and event.step is None

@@ -20,7 +20,6 @@ from conformance.gates import GateTimeout, Predicate
 from conformance.scenarios import assert_loaded_bytes, assert_no_violations, request_data, request_tokens, store
 from spec.config import TerminationConfig
 from spec.fence import HitPolicy, PoolProgress, committable_pages
-from spec.invariants import CHECKERS
 from spec.trace import LOAD, Event, EventKind, TraceRecorder
 
 PRIMARY_POOL = "kv"
@@ -224,8 +223,3 @@ def close_and_check(cache, trace: TraceRecorder, config: TerminationConfig | Non
         left = host_allocated(cache)
         assert left == host_slots_left, f"F8: {left} host slots still allocated after close; expected {host_slots_left} (slots leaked)"
 
-
-# spec.invariants.check_l1 applies its "commit the whole hit" rule to every
-# COMMIT, including the 0 an abort records outside any scheduler check
-# (step None); an aborted wait_complete prefetch is not a decision to end early.
-CHECKERS_FOR_ABORTS = [name for name in CHECKERS if name != "L1"]

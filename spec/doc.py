@@ -70,7 +70,8 @@ def render() -> str:
     add(
         "Implementations record these events (spec/trace.py); the invariants (spec/invariants.py) "
         "are predicates over them. Every event carries seq, kind, rank and t (the injected clock). "
-        "An event is recorded while holding the lock that makes it true, and gated after releasing it. "
+        "An event is recorded while holding the lock that makes it true, and gated after releasing it; "
+        "VOTE is recorded outside every lock, since a harness may hold the scheduler at its vote. "
         "Spaces: `host`, `device`. IO directions: " + ", ".join(f"`{d}`" for d in IO_DIRECTIONS) + ".\n"
     )
     add("| Event | Fields | Meaning |")
