@@ -127,8 +127,8 @@ class UnifiedRadixCache(HierarchicalCache):
                 component.on_insert(node)
         return result
 
-    def _insert_prefetched(self, op: PrefetchOperation, progress: Progress, pages: int) -> TreeNode:
-        node = super()._insert_prefetched(op, progress, pages)
+    def _insert_prefetched(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
+        node = super()._insert_prefetched(op, progress, pages, attach)
         for n in _path_to(node, self.tree.root):
             for component in self.components.values():
                 component.on_insert(n)

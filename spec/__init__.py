@@ -19,7 +19,7 @@ from spec.decision import (
     vote_payload,
 )
 from spec.errors import ConfigError
-from spec.fence import HitPolicy, PoolProgress, agreed_pages, committable_pages, dispose_slots, trailing_attached
+from spec.fence import HitPolicy, PoolProgress, agreed_pages, commit_payload, committable_pages, dispose_slots, read_commit, trailing_attached
 from spec.invariants import Violation, check
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import Event, EventKind, NullRecorder, Trace, TraceRecorder
@@ -30,7 +30,7 @@ __all__ = [
     "Policy", "TerminationConfig", "ConfigError",
     "DecisionState", "collectives_per_check", "combine", "combine_payloads", "decide",
     "enumerate_states", "is_completed", "local_vote", "vote_payload",
-    "HitPolicy", "PoolProgress", "agreed_pages", "committable_pages", "dispose_slots", "trailing_attached",
+    "HitPolicy", "PoolProgress", "agreed_pages", "commit_payload", "committable_pages", "dispose_slots", "read_commit", "trailing_attached",
     "Violation", "check", "is_timed_out", "timeout_budget",
     "Event", "EventKind", "NullRecorder", "Trace", "TraceRecorder",
 ]

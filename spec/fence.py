@@ -9,9 +9,11 @@ Order of a commit, on every rank:
   1. under the operation's lock: mark it terminated (no IO starts after this)
      and snapshot its per-pool progress and in-flight IO (F1, F2);
   2. committable pages = min(KV pages, pages of every ALL_PAGES pool) (F3);
-  3. one MIN collective agrees the committed pages across ranks (F3, S4);
+  3. one MIN collective agrees the committed pages across ranks (F3, S4), and
+     for every TRAILING_PAGES pool whether every rank loaded its state for
+     exactly that length (F4): payload [pages, s, -s per trailing pool];
   4. insert the committed pages of KV and every ALL_PAGES pool; attach a
-     TRAILING_PAGES state only if it was loaded for exactly that length (F4);
+     TRAILING_PAGES state only if every rank loaded it for that length (F4);
   5. free every other slot whose IO is not in flight now; a slot with IO in
      flight is freed by whoever ends that IO, never before (F5, F9).
 """
@@ -82,6 +84,45 @@ def trailing_attached(pool: PoolProgress, committed_pages: int) -> bool:
 # A rank that no longer tracks an operation joins the commit collective with 0:
 # nobody commits data that one rank cannot vouch for (X4, S4).
 UNTRACKED_COMMIT_PAGES = 0
+
+
+def commit_payload(local_pages: int, trailing_pages: Sequence[int] = ()) -> list[int]:
+    """What each rank contributes to the one MIN all-reduce of a commit.
+
+    trailing_pages: per TRAILING_PAGES pool (in a fixed order every rank
+    shares), the length its state was loaded for (0: none). Carrying s and -s
+    gives MIN and MAX in one MIN reduce.
+    """
+    payload = [int(local_pages)]
+    for pages in trailing_pages:
+        payload += [int(pages), -int(pages)]
+    return payload
+
+
+def untracked_commit_payload(trailing_pools: int) -> list[int]:
+    return commit_payload(UNTRACKED_COMMIT_PAGES, [0] * trailing_pools)
+
+
+@dataclass(frozen=True)
+class CommitDecision:
+    pages: int
+    trailing_attached: tuple[bool, ...]
+
+
+def read_commit(reduced: Sequence[int]) -> CommitDecision:
+    """F3 + F4 across ranks: the committed pages, and per trailing pool whether to attach.
+
+    A state is attached only when every rank loaded it for exactly the
+    committed length: otherwise ranks would serve different prefixes.
+    """
+    if not reduced or (len(reduced) - 1) % 2:
+        raise ConfigError("reduced", list(reduced), "[pages] followed by a (min, -max) pair per trailing pool")
+    pages = reduced[0]
+    attached = []
+    for index in range(1, len(reduced), 2):
+        lowest, highest = reduced[index], -reduced[index + 1]
+        attached.append(pages > 0 and lowest == highest == pages)
+    return CommitDecision(pages, tuple(attached))
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         return {s.name: (states if s.unit == "state" else tokens) for s in self.specs}
 
     def _reducers(self, process_group: Any) -> tuple[Reducer, Reducer]:
+        self._own_groups: list[Any] = []
         if process_group is None:
             return LocalReducer(), LocalReducer()
         import torch.distributed as dist
@@ -169,6 +170,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         # The prefetch thread gets a group of its own: collectives from two
         # threads on one group would interleave differently on each rank.
         hit_group = dist.new_group(ranks=dist.get_process_group_ranks(process_group), backend=backend)
+        self._own_groups = [hit_group]  # destroyed at close
         return (
             TorchDistReducer(process_group, self.trace, device=device),
             TorchDistReducer(hit_group, self.trace, device=device),
@@ -276,6 +278,12 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         self._draining = []
         self.copies.poll()
         self.storage.close()
+        if self._own_groups:
+            import torch.distributed as dist
+
+            for group in self._own_groups:
+                dist.destroy_process_group(group)
+            self._own_groups = []
         if errors:
             raise TimeoutError("; ".join(errors))
 

@@ -18,7 +18,7 @@ from caches.core.operation import PoolPlan, PrefetchOperation, Progress
 from caches.core.tree import TreeNode
 from spec.decision import UNTRACKED_PAYLOAD, VOTE_COLLECTIVE, DecisionState
 from spec.errors import ConfigError
-from spec.fence import COMMIT_COLLECTIVE, UNTRACKED_COMMIT_PAGES, HitPolicy, committable_pages, trailing_attached
+from spec.fence import COMMIT_COLLECTIVE, HitPolicy, commit_payload, committable_pages, read_commit, untracked_commit_payload
 from spec.trace import HOST, EventKind
 
 if TYPE_CHECKING:
@@ -138,25 +138,29 @@ class PrefetchPath:
         """X4: a request this rank no longer tracks still joins its collectives, neutrally."""
         if self.termination.policy.uses_collective:
             self.reducer.all_reduce_max(list(UNTRACKED_PAYLOAD), name=VOTE_COLLECTIVE, op=request_id, step=step)
-        self.reducer.all_reduce_min([UNTRACKED_COMMIT_PAGES], name=COMMIT_COLLECTIVE, op=request_id, step=step)
+        self.reducer.all_reduce_min(untracked_commit_payload(len(self.state_pools)), name=COMMIT_COLLECTIVE, op=request_id, step=step)
 
     def _commit_prefetch(self: "HierarchicalCache", op: PrefetchOperation, step: int) -> int:
         """The fence: returns the tokens committed to the tree (the same on every rank)."""
         progress = op.terminate(step)  # F1 + F2
         kv_pages = min(progress.completed_tokens // self.page_size, len(progress.hash_value))
         local = committable_pages(kv_pages, progress.pool_progress)  # F3
-        agreed = self.reducer.all_reduce_min([local], name=COMMIT_COLLECTIVE, op=op.request_id, step=step)[0]
+        loaded_states = {p.name: p.completed_pages for p in progress.pool_progress if p.hit_policy is HitPolicy.TRAILING_PAGES}
+        payload = commit_payload(local, [loaded_states.get(pool, 0) for pool in self.state_pools])
+        decision = read_commit(self.reducer.all_reduce_min(payload, name=COMMIT_COLLECTIVE, op=op.request_id, step=step))
+        agreed = decision.pages
+        attach = {pool for pool, ok in zip(self.state_pools, decision.trailing_attached) if ok}  # F4, on every rank
         tokens = agreed * self.page_size
         self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
         if agreed:
-            self._insert_prefetched(op, progress, agreed)
+            self._insert_prefetched(op, progress, agreed, attach)
         op.release_idle()  # F5: in-flight slots are freed by whoever ends their IO
         self._finish_prefetch(op)
         self.stats.storage_hit_tokens += tokens
         self.stats.prefetches_committed += 1
         return tokens
 
-    def _insert_prefetched(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, pages: int) -> TreeNode:
+    def _insert_prefetched(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
         count = pages * self.page_size
         kv_slots = op.plan("kv").slots[:count]
         result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[:pages]))
@@ -169,14 +173,10 @@ class PrefetchPath:
             for pool in self.token_pools:
                 op.release(pool, sorted(duplicates))
         node = result.node
-        for plan, pool_progress in self._trailing(op, progress):
-            if trailing_attached(pool_progress, pages):  # F4
+        for plan in op.pool_transfers:
+            if plan.pool in attach:
                 self._attach_prefetched_state(op, node, plan)
         return node
-
-    def _trailing(self, op: PrefetchOperation, progress: Progress):
-        by_name = {p.name: p for p in progress.pool_progress}
-        return [(plan, by_name[plan.pool]) for plan in op.pool_transfers if plan.hit_policy is HitPolicy.TRAILING_PAGES]
 
     def _attach_prefetched_state(self: "HierarchicalCache", op: PrefetchOperation, node: TreeNode, plan: PoolPlan) -> bool:
         ref = self.states(node).setdefault(plan.pool, self._new_state_ref())

@@ -46,3 +46,26 @@ def test_bad_progress_rejected():
         PoolProgress("indexer", "sometimes", 1)
     with pytest.raises(ConfigError):
         committable_pages(-2)
+
+
+def test_commit_payload_agrees_pages_and_trailing_states_in_one_min():
+    from spec.fence import commit_payload, read_commit, untracked_commit_payload
+
+    def reduce_min(payloads):
+        return [min(column) for column in zip(*payloads)]
+
+    # Every rank loaded the state for the committed length: attach everywhere.
+    both = reduce_min([commit_payload(4, [4]), commit_payload(4, [4])])
+    assert read_commit(both).pages == 4 and read_commit(both).trailing_attached == (True,)
+    # One rank's state was still in flight (0): nobody attaches, though pages agree.
+    split = reduce_min([commit_payload(4, [4]), commit_payload(4, [0])])
+    assert read_commit(split).pages == 4 and read_commit(split).trailing_attached == (False,)
+    # States for a longer hit than the agreed commit: wrong length, not attached.
+    longer = reduce_min([commit_payload(4, [6]), commit_payload(2, [6])])
+    assert read_commit(longer).pages == 2 and read_commit(longer).trailing_attached == (False,)
+    # An untracked rank forces an empty commit.
+    gone = reduce_min([commit_payload(4, [4]), untracked_commit_payload(1)])
+    assert read_commit(gone) == read_commit([0, 0, 0])
+    assert read_commit(gone).pages == 0 and read_commit(gone).trailing_attached == (False,)
+    with pytest.raises(ConfigError):
+        read_commit([3, 1])

@@ -1,0 +1,224 @@
+"""Multi-rank conformance: real rank processes over torch.distributed, rank-skewed IO.
+
+Each test is one launch (processes fork from a server that imported torch
+once, so a launch costs about 0.1 s after the first). Every scenario is also
+held to scenario_problems(): the spec's invariants across ranks, the same
+decision per step on every rank (X1), one vote collective per agreed id
+(X2, X4), the same collectives (L3), the spec's commit (F3, S4), loaded bytes
+equal stored bytes (S5), no slot or thread left. The same usable prefix on
+every rank has a test of its own, so that its failures count under S4/F4 only.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.multirank import (
+    LEVELS,
+    MultiRankError,
+    Scenario,
+    adapter_ref,
+    cuda_devices_needed,
+    expected_commit_pages,
+    first_divergence,
+    launch,
+    order_cases,
+    run_or_fail,
+)
+from spec.fence import HitPolicy
+from spec.trace import EventKind
+
+FULL = 16  # tokens of every scenario's request (4 pages of 4)
+
+
+@pytest.fixture
+def run_ranks(impl, device, tmp_path, request, require):
+    """run_ranks(scenarios, world_size=2) -> one ScenarioOutcome per scenario (fails on any problem).
+
+    On CUDA rank r uses cuda:r (nccl), so a run needs world_size visible GPUs
+    and runs once, under the first GPU param.
+    """
+    require(impl, "multi_rank")
+    if device not in ("cpu", "cuda:0"):
+        pytest.skip(f"multi-rank CUDA runs use cuda:0..cuda:<world_size - 1> and run once, under cuda:0 (not {device})")
+    ref = adapter_ref(impl, request.config.getoption("--cache-impl"))
+    kind = "cpu" if device == "cpu" else "cuda"
+
+    def run(scenarios, world_size=2, **checks):
+        if kind == "cuda":
+            reason = cuda_devices_needed(world_size)
+            if reason:
+                pytest.skip(reason)
+        return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
+                           hang_timeout_s=5.0, preload=[type(impl).__module__], **checks)
+
+    return run
+
+
+def extra_pools(outcome) -> dict[str, HitPolicy]:
+    return {name: HitPolicy(policy) for name, policy in outcome.ranks[0].pools.items() if name != "kv"}
+
+
+def has_all_pages_extra(outcome) -> bool:
+    return HitPolicy.ALL_PAGES in extra_pools(outcome).values()
+
+
+WORLDS = [pytest.param(2, id="2ranks"), pytest.param(4, id="4ranks")]
+
+
+@pytest.mark.clause("X1", "X2", "L1", "L3", "S4", "S5")
+@pytest.mark.parametrize("world_size", WORLDS)
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
+    """Rank r's KV completes at step r + 1: no rank finishes before the slowest, all finish with it."""
+    (outcome,) = run_ranks([Scenario("skewed_kv", {"policy": policy})], world_size)
+    last = f"cache 0 check {world_size}"
+    assert outcome.finished_at("r1") == {rank: (last, FULL) for rank in range(world_size)}
+
+
+@pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F5")
+@pytest.mark.parametrize("world_size", WORLDS)
+def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
+    """timeout: rank 0 not past its deadline votes no while the others vote yes; then rank 0 completes."""
+    (outcome,) = run_ranks([Scenario("one_rank_timed_out")], world_size)
+    finished = outcome.finished_at("r1")
+    assert {label for label, _ in finished.values()} == {"cache 0 check 2"}, finished
+    tokens = {t for _, t in finished.values()}
+    assert len(tokens) == 1
+    # The slow ranks had loaded only part of KV and no extra pool: with an ALL_PAGES pool nothing is committable.
+    want = expected_commit_pages(outcome, "r1") * 4
+    assert tokens == {want}
+    assert want < FULL
+    if has_all_pages_extra(outcome):
+        assert want == 0
+
+
+@pytest.mark.clause("D3", "X3", "X1", "F3", "F4", "S1", "S4")
+@pytest.mark.parametrize("world_size", WORLDS)
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+def test_extra_pool_pending_on_one_rank(run_ranks, impl, world_size, policy):
+    """The last rank has KV but its extra-pool transfer is held; the other ranks are done."""
+    if not impl.default_extra_pools:
+        pytest.skip(f"{impl.name} runs without extra pools by default")
+    (outcome,) = run_ranks([Scenario("extra_pool_pending_on_one_rank", {"policy": policy})], world_size)
+    assert outcome.ranks[-1].notes["pending_extra"], "the last rank's extra-pool transfer was not held at the check"
+    finished = outcome.finished_at("r1")
+    if policy == "wait_complete":
+        # D3 before the reduce: the pending rank's no holds everyone; the next check commits everything.
+        assert finished == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}
+    else:
+        # Everyone timed out: terminate at once; the held extra pool is excluded by the fence.
+        want = 0 if has_all_pages_extra(outcome) else FULL
+        assert finished == {rank: ("cache 0 check 1", want) for rank in range(world_size)}
+
+
+@pytest.mark.clause("X4", "X2", "L3", "S4", "F8")
+@pytest.mark.parametrize("peers_level", ["partial", "done"])
+@pytest.mark.parametrize("world_size", WORLDS)
+def test_abort_on_one_rank_joins_untracked(run_ranks, world_size, peers_level):
+    """One rank drops r1 while its peers still track it; r2 shares every step with r1."""
+    aborting = world_size - 1
+    (outcome,) = run_ranks([Scenario("abort_on_one_rank", {"aborting_rank": aborting, "peers_level": peers_level})], world_size)
+    r1 = outcome.finished_at("r1")
+    assert r1[aborting] is None, "the aborting rank no longer tracks r1: it must not report it finished"
+    assert {rank: r1[rank] for rank in range(aborting)} == {rank: ("cache 0 check 1", 0) for rank in range(aborting)}
+    assert outcome.finished_at("r2") == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}
+    assert all(r.matches["r1"] == (0, 0) for r in outcome.ranks), [r.matches for r in outcome.ranks]
+
+
+@pytest.mark.clause("S4", "S5", "X1", "L3", "F3")
+def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
+    """Rank 1's storage lacks the last two pages: the hit is the MIN, on both ranks."""
+    (outcome,) = run_ranks([Scenario("storage_miss_on_one_rank", {"missing_rank": 1})])
+    hits = {r.rank: [int(e.value) for e in r.traces[0].events if e.kind is EventKind.HIT and e.op == "r1"] for r in outcome.ranks}
+    assert hits == {0: [2], 1: [2]}
+    assert outcome.finished_at("r1") == {0: ("cache 0 check 1", 8), 1: ("cache 0 check 1", 8)}
+    assert {r.rank: [(load.request_id, load.tokens) for load in r.loads] for r in outcome.ranks} == {0: [("r1", 8)], 1: [("r1", 8)]}
+
+
+@pytest.mark.clause("S4", "F3", "X1", "L1", "L3")
+def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
+    """Rank 1's second KV batch fails in storage: it trims its hit, and both ranks commit the MIN."""
+    (outcome,) = run_ranks([Scenario("get_fails_on_one_rank", {"failing_rank": 1})])
+    assert outcome.finished_at("r1") == {0: ("cache 0 check 1", 8), 1: ("cache 0 check 1", 8)}
+    failed = [e for e in outcome.ranks[1].traces[0].events if e.kind is EventKind.IO_END and e.op == "r1" and not e.value]
+    assert failed, "the injected failure did not reach rank 1's load"
+
+
+@pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
+@pytest.mark.parametrize("policy", ["timeout", "wait_complete", "best_effort"])
+def test_cross_rank_orders_around_the_vote(run_ranks, policy):
+    """Every combination of where each rank's IO is at its vote and at its terminate (2 ranks).
+
+    timeout (both timed out): 6 x 6 cases, IO moving between vote and terminate
+    (window 2) on one rank, both or neither; wait_complete and best_effort:
+    3 x 3 cases. The commit of each is checked against the spec (F3, S4) by
+    scenario_problems; here, what the case implies on its face.
+    """
+    cases = order_cases(policy, 2)
+    (outcome,) = run_ranks([Scenario("orders", {"policy": policy, "cases": cases})])
+    results = dict(outcome.ranks[0].notes["orders"])
+    assert dict(outcome.ranks[1].notes["orders"]) == results
+    assert len(results) == len(cases)
+    all_pages = has_all_pages_extra(outcome)
+    for case, tokens in results.items():
+        at_terminate = [term for _, term in case]
+        if policy == "wait_complete" or all(level == "done" for level in at_terminate):
+            assert tokens == FULL, (case, tokens)
+        elif "partial" in at_terminate or all_pages:
+            # Some rank lacks KV pages, or an ALL_PAGES pool is still held: the MIN is short.
+            assert tokens < FULL, (case, tokens)
+        if all_pages and any(level != "done" for level in at_terminate) and policy != "wait_complete":
+            assert tokens == 0, (case, tokens)
+
+
+@pytest.mark.clause("S4", "F4")
+def test_every_rank_serves_the_same_prefix_after_a_commit(run_ranks):
+    """Same committed length, same usable prefix: a trailing state (F4) must not be kept on some ranks only.
+
+    Cases where the ranks' extra pools end differently around terminate: one
+    rank's extra pool held under timeout, and the best_effort orders (the
+    timeout orders add window 2, but no new way for the ranks to differ here).
+    """
+    scenarios = [Scenario("extra_pool_pending_on_one_rank", {"policy": "timeout"}),
+                 Scenario("orders", {"policy": "best_effort", "cases": order_cases("best_effort", 2)})]
+    outcomes = run_ranks(scenarios, same_usable_prefix=True)
+    loads = [load for outcome in outcomes for load in outcome.ranks[0].loads]
+    assert loads, "no case committed anything to load back"
+
+
+def test_order_cases_cover_every_combination():
+    timeout = order_cases("timeout", 2)
+    assert len(timeout) == 36 and len(set(timeout)) == 36
+    assert all(LEVELS.index(t) >= LEVELS.index(v) for case in timeout for v, t in case)
+    assert len(order_cases("wait_complete", 2)) == 9
+
+
+# --- the harness itself: hangs and failures are reported, bounded -----------------------
+
+
+def test_hang_names_the_rank_the_step_and_the_divergent_collective(tmp_path):
+    """Only rank 0 enters a collective: the launch fails within the bound, naming where each rank is."""
+    with pytest.raises(MultiRankError) as raised:
+        launch(None, [Scenario("skip_collective", {"hung_rank": 0})], world_size=2, device="cpu", workdir=tmp_path,
+               hang_timeout_s=1.0, collective_timeout_s=60.0)
+    message = str(raised.value)
+    assert "rank 0 hung at step 'skip_collective(hung_rank=0) all_reduce on one rank only'" in message
+    assert "last event: #0 collective rank 0 op r1 step 1 value 'vote_max'" in message
+    assert "rank 1 hung at step 'scenario 0 done, waiting for every rank'" in message
+    assert "L3: collective #1 differs across ranks: rank 0 vote_max(op r1, step 1), rank 1 nothing" in message
+
+
+def test_a_failing_rank_is_reported_and_stops_the_launch(tmp_path):
+    scenarios = [Scenario("raise_on_rank", {"failing_rank": 1}), Scenario("raise_on_rank", {"failing_rank": 0})]
+    result = launch(None, scenarios, world_size=2, device="cpu", workdir=tmp_path, hang_timeout_s=5.0)
+    assert len(result.outcomes) == 1, "ranks must stop after a scenario failed on any rank"
+    problems = result.outcomes[0].problems()
+    assert len(problems) == 1 and problems[0].startswith("rank 1 failed at about to fail:"), problems
+    assert "RuntimeError: deliberate failure" in problems[0]
+
+
+def test_first_divergence_names_position_and_ranks():
+    assert first_divergence({0: ["a()", "b()"], 1: ["a()", "b()"]}) is None
+    assert first_divergence({0: ["a()", "b()"], 1: ["a()", "c(step 2)"]}) == "L3: collective #2 differs across ranks: rank 0 b(), rank 1 c(step 2)"
+    assert first_divergence({0: ["a()"], 1: []}) == "L3: collective #1 differs across ranks: rank 0 a(), rank 1 nothing"
