@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from spec.config import Policy, TerminationConfig, require_positive_int
+from spec.config import Policy, TerminationConfig, from_known_fields, require_positive_int
 from spec.errors import ConfigError
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -85,11 +85,7 @@ class CacheConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "CacheConfig":
-        known = [f.name for f in fields(cls)]
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(key, value, "a known field: " + ", ".join(known))
-        return cls(**dict(values))
+        return from_known_fields(cls, values)
 
     def replace(self, **changes: Any) -> "CacheConfig":
         return type(self).from_mapping({**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})

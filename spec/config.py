@@ -69,11 +69,16 @@ class TerminationConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "TerminationConfig":
         """Build from user input (a TOML table, CLI options); unknown keys are errors."""
-        known = [f.name for f in fields(cls)]
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(key, value, "a known field: " + ", ".join(known))
-        return cls(**dict(values))
+        return from_known_fields(cls, values)
+
+
+def from_known_fields(cls: Any, values: Mapping[str, Any]) -> Any:
+    """Build dataclass `cls` from user input, rejecting fields it does not have."""
+    known = [f.name for f in fields(cls)]
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(key, value, "a known field: " + ", ".join(known))
+    return cls(**dict(values))
 
 
 def require_positive_int(field: str, value: Any) -> int:

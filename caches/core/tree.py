@@ -319,25 +319,12 @@ class RadixTree:
             else:
                 new_hashes = hashes[pos // self.page_size :]
         result = InsertResult(prefix_len=0, duplicate_slots=slots[:0], node=node)
-        duplicates: list[torch.Tensor] = []
-        start = 0
-        for step_node, matched in steps:
-            part = slots[start : start + matched]
-            if step_node.value is None:
-                step_node.value = part.clone()
-                self._device_tokens += matched
-                result.restored_nodes.append(step_node)
-            else:
-                duplicates.append(part)
-                result.prefix_len += matched
-                result.existing_nodes.append(step_node)
-            start += matched
+        self._device_tokens += self._fill_walked(steps, slots, "value", result)
         if pos < len(key):
             new_node = self._add_child(node, key[pos:], new_hashes, tick)
             new_node.value = slots[pos:].clone()
             self._device_tokens += len(new_node.key)
             result.node = result.new_node = new_node
-        result.duplicate_slots = self._concat(duplicates, slots[:0])
         return result
 
     def insert_host(
@@ -366,19 +353,8 @@ class RadixTree:
         tick = self._tick()
         node, steps = self._walk_splitting(parent_node, key, tick)
         result = InsertResult(prefix_len=0, duplicate_slots=slots[:0], node=node)
-        duplicates: list[torch.Tensor] = []
-        pos = 0
-        for step_node, matched in steps:
-            part = slots[pos : pos + matched]
-            if step_node.host_value is None:
-                step_node.host_value = part.clone()
-                self._host_tokens += matched
-                result.restored_nodes.append(step_node)
-            else:
-                duplicates.append(part)
-                result.prefix_len += matched
-                result.existing_nodes.append(step_node)
-            pos += matched
+        self._host_tokens += self._fill_walked(steps, slots, "host_value", result)
+        pos = sum(matched for _, matched in steps)
         if pos < len(key):
             new_node = self._add_child(
                 node, key[pos:], checked_hashes[pos // self.page_size :], tick
@@ -386,8 +362,28 @@ class RadixTree:
             new_node.host_value = slots[pos:].clone()
             self._host_tokens += len(new_node.key)
             result.node = result.new_node = new_node
-        result.duplicate_slots = self._concat(duplicates, slots[:0])
         return result
+
+    def _fill_walked(self, steps: list[tuple[TreeNode, int]], slots: torch.Tensor, attr: str, result: InsertResult) -> int:
+        """Give each walked node that lacks ``attr`` its part of ``slots``; the rest are duplicates.
+
+        Returns the tokens newly held; records restored/existing nodes and duplicates on ``result``.
+        """
+        duplicates: list[torch.Tensor] = []
+        pos = added = 0
+        for step_node, matched in steps:
+            part = slots[pos : pos + matched]
+            if getattr(step_node, attr) is None:
+                setattr(step_node, attr, part.clone())
+                added += matched
+                result.restored_nodes.append(step_node)
+            else:
+                duplicates.append(part)
+                result.prefix_len += matched
+                result.existing_nodes.append(step_node)
+            pos += matched
+        result.duplicate_slots = self._concat(duplicates, slots[:0])
+        return added
 
     def split(self, node: TreeNode, at: int) -> TreeNode:
         """Split ``node`` after ``at`` tokens; returns the new parent (the head part).
