@@ -35,7 +35,11 @@ from spec.clock import MonotonicClock  # noqa: E402
 from spec.trace import EventKind, TraceRecorder  # noqa: E402
 
 PAGE_SIZE = 64
-KV_ELEM = (2, 1024)  # float16: 4 KiB per token, 256 KiB per page
+# Default KV per token: 64 KiB, what one of 8 tensor-parallel ranks holds for a
+# 7B-class model (2 x 32 layers x 4096 x 2 bytes / 8). Small tokens measure
+# per-call overhead instead: try --token-kib 4.
+DEFAULT_TOKEN_KIB = 64
+KV_ELEM = (2, DEFAULT_TOKEN_KIB * 256)  # float16: 4 bytes per element pair
 GOAL_RATIO = 0.7
 POLICY = "wait_complete"
 
@@ -121,10 +125,15 @@ def run(sizes: list[int], repeats: int, batch_pages: int) -> list[dict[str, floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1024,4096,8192", help="prefix sizes in tokens (multiples of 64)")
+    parser.add_argument("--sizes", default="256,1024,2048", help="prefix sizes in tokens (multiples of 64)")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--token-kib", type=int, default=DEFAULT_TOKEN_KIB, help="KV bytes per token, in KiB")
     parser.add_argument("--batch-pages", type=int, default=16, help="pages per IO batch (storage_batch_pages)")
     args = parser.parse_args(argv)
+    if args.token_kib <= 0:
+        parser.error(f"invalid --token-kib: {args.token_kib} (accepted: an integer > 0)")
+    global KV_ELEM
+    KV_ELEM = (2, args.token_kib * 256)
     sizes = [int(s) for s in args.sizes.split(",")]
     bad = [s for s in sizes if s <= 0 or s % PAGE_SIZE]
     if bad:

@@ -236,6 +236,10 @@ class StorageBackend(abc.ABC):
         self._check_open()
         keys = [validate_key(key) for key in keys]
         _check_tensors(keys, targets, "target")
+        return self._get_many(keys, list(targets))
+
+    def _get_many(self, keys: list[str], targets: list[torch.Tensor]) -> list[bool]:
+        """Read validated pages; a backend may override to read several at once."""
         return [self._get_one(key, target) for key, target in zip(keys, targets)]
 
     def set(self, keys: Sequence[str], sources: Sequence[torch.Tensor]) -> list[bool]:

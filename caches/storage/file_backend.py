@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import secrets
 import struct
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import torch
@@ -67,10 +69,20 @@ class FileStorage(StorageBackend):
 
     ``fsync=True`` flushes each page to disk before publishing it; without it a
     crash can leave a short file, which the header check turns into a miss.
+    ``read_threads`` pages of one batch are read at once (the calling thread
+    plus read_threads - 1 helpers): reads release the GIL, and one thread
+    alone leaves memory bandwidth unused.
     """
 
-    def __init__(self, root: Path | str, *, fsync: bool = False) -> None:
+    def __init__(self, root: Path | str, *, fsync: bool = False, read_threads: int = 2, read_timeout_s: float = 60.0) -> None:
         super().__init__()
+        if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
+            raise StorageConfigError(f"read_threads={read_threads!r} is invalid: expected an integer >= 1")
+        self._read_threads = read_threads
+        self._read_timeout_s = read_timeout_s
+        self._readers = (
+            ThreadPoolExecutor(read_threads - 1, thread_name_prefix="FileStorage-read") if read_threads > 1 else None
+        )
         if not isinstance(root, (str, Path)) or str(root) == "":
             raise StorageConfigError(
                 f"storage root {root!r} is invalid: expected a non-empty path (str or Path)"
@@ -123,6 +135,26 @@ class FileStorage(StorageBackend):
 
     def _contains(self, key: str) -> bool:
         return os.path.exists(self._path(key))
+
+    def _get_many(self, keys: list[str], targets: list[torch.Tensor]) -> list[bool]:
+        if self._readers is None or len(keys) < 2:
+            return super()._get_many(keys, targets)
+        # Contiguous chunks, one per reader; the caller reads the first itself.
+        per = -(-len(keys) // self._read_threads)
+        chunks = [(keys[i : i + per], targets[i : i + per]) for i in range(0, len(keys), per)]
+        futures = [self._readers.submit(super(FileStorage, self)._get_many, k, t) for k, t in chunks[1:]]
+        results = super()._get_many(*chunks[0])
+        for future in futures:
+            try:
+                results += future.result(timeout=self._read_timeout_s)
+            except FutureTimeout:
+                raise TimeoutError(f"{self!r}: a page read did not finish within {self._read_timeout_s}s") from None
+        return results
+
+    def close(self) -> None:
+        super().close()
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
 
     def _get_one(self, key: str, target: torch.Tensor) -> bool:
         try:
