@@ -167,3 +167,26 @@ def test_concurrent_writers_of_one_key_leave_a_complete_file(store, helpers):
     assert helpers.bytes_of(target) in {helpers.bytes_of(p) for p in pages}
     assert os.path.getsize(store.path_for(key)) == FILE_HEADER.size + numel * 4
     assert sorted(p.name for p in store.path_for(key).parent.iterdir()) == [key]
+
+
+@pytest.mark.parametrize("read_threads", [1, 2, 3])
+def test_parallel_reads_keep_order_misses_and_faults(tmp_path, read_threads):
+    storage = FileStorage(tmp_path / "pages", read_threads=read_threads)
+    keys = [f"{i:064x}" for i in range(1, 8)]
+    pages = [torch.full((4,), float(i)) for i in range(7)]
+    assert storage.set(keys[:5], pages[:5]) == [True] * 5
+    # Damage one stored page: a miss with a fault, whichever reader gets it.
+    with open(storage.path_for(keys[3]), "r+b") as f:
+        f.truncate(10)
+    targets = [torch.zeros(4) for _ in keys]
+    assert storage.get(keys, targets) == [True, True, True, False, True, False, False]
+    for i in (0, 1, 2, 4):
+        assert torch.equal(targets[i], pages[i])
+    assert [fault.key for fault in storage.faults] == [keys[3]]
+    storage.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("FileStorage-read")]
+
+
+def test_read_threads_validated(tmp_path):
+    with pytest.raises(ValueError, match="read_threads=0 is invalid"):
+        FileStorage(tmp_path / "x", read_threads=0)
