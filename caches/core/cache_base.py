@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
@@ -34,6 +34,7 @@ from caches.core.operation import PoolPlan, PrefetchOperation
 from caches.core.pools import PoolSet, PoolSpec
 from caches.core.prefetch_path import PrefetchPath
 from caches.core.reducer import LocalReducer, Reducer, TorchDistReducer
+from caches.core.state import StateRef
 from caches.core.tree import RadixTree, TreeNode
 from caches.core.write_path import WritePath
 from caches.storage import FileStorage, MemoryStorage, StorageBackend, StorageConfigError
@@ -45,16 +46,6 @@ from spec.trace import DEVICE, HOST, EventKind, NullRecorder, TraceRecorder
 
 KV_GROUP = "kv"
 STATE_GROUP = "state"
-
-
-@dataclass
-class StateRef:
-    """One state pool's slots for a node (the state after the node's last page)."""
-
-    device: int | None = None
-    host: int | None = None
-    host_ref: int = 0  # pinned by a storage backup or a prefetch
-    last_access: int = 0
 
 
 @dataclass

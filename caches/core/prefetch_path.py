@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import torch
 
 from caches.core.hashing import page_hashes
 from caches.core.operation import PoolPlan, PrefetchOperation, Progress

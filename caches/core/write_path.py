@@ -17,6 +17,7 @@ import torch
 
 from caches.core.controller import BackupJob
 from caches.core.copies import CopyRecord
+from caches.core.state import StateRef
 from caches.core.tree import InsertResult, MatchResult, TreeNode
 from spec.errors import ConfigError
 from spec.trace import DEVICE, HOST, WRITE_BACK_COPY
@@ -113,9 +114,7 @@ class WritePath:
         self._back_up_by_policy(list(reversed(path)))
         return result
 
-    def _new_state_ref(self: "HierarchicalCache"):
-        from caches.core.cache_base import StateRef
-
+    def _new_state_ref(self: "HierarchicalCache") -> StateRef:
         return StateRef()
 
     def _check_write_data(self: "HierarchicalCache", data: Mapping[str, torch.Tensor], count: int) -> None:

@@ -20,7 +20,7 @@ import torch
 from caches.config import CacheConfig
 from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
-from caches.storage import StorageConfigError, pool_key
+from caches.storage import pool_key
 from conformance.gates import Gate
 from spec import check
 from spec.clock import ManualClock

@@ -326,7 +326,7 @@ def test_l3_ranks_run_different_collectives():
 def test_violation_names_clause_event_and_slot():
     run = Run().start()
     run.io("kv", KV)
-    io = run.io("indexer", KV, end=False)
+    run.io("indexer", KV, end=False)
     run.check_step(True, run.state(), terminate=True).insert()
     text = str(check(run.trace(), CFG, clauses=["S1"])[0])
     assert text.startswith("S1: inserted while IO")
