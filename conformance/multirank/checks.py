@@ -1,0 +1,181 @@
+"""Checks across ranks: what the parent requires of every multi-rank scenario (its oracle).
+
+Each check reads what the ranks sent back (traces, scheduler steps, loads) and
+returns messages naming the rank, the step and the clause; an empty list means
+the scenario conforms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from spec.config import TerminationConfig
+from spec.decision import VOTE_COLLECTIVE
+from spec.fence import UNTRACKED_COMMIT_PAGES, HitPolicy, PoolProgress, committable_pages
+from spec.invariants import check
+from spec.trace import Event, EventKind, Trace
+
+if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports these checks
+    from conformance.multirank.launch import ScenarioOutcome
+
+def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
+    """Everything the harness requires of any multi-rank scenario, as messages."""
+    out: list[str] = []
+    for r in outcome.ranks:
+        if r.error:
+            out.append(f"rank {r.rank} failed at {r.phase}: {r.error}")
+    if out:
+        return out
+    for r in outcome.ranks:
+        if r.leftover_threads:
+            out.append(f"rank {r.rank}: threads still running after close(): {r.leftover_threads}")
+        out += [f"rank {r.rank}: {leak}" for leak in r.leaks]
+        out += [f"rank {r.rank}: S5 {load.request_id}: {load.error}" for load in r.loads if load.error]
+    caches = min(len(r.traces) for r in outcome.ranks)
+    for cache in range(caches):
+        config = outcome.ranks[0].configs[cache]
+        traces = [r.traces[cache] for r in outcome.ranks]
+        out += [f"cache {cache}: {v}" for v in check(traces, config)]
+        out += _x4_vote_count(outcome, cache, config)
+        out += _commit_oracle_problems(outcome, cache, config)
+    out += _same_decisions(outcome)
+    out += _same_requested(outcome)
+    return out
+
+
+def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
+    """After the same commit, every rank can use the same prefix (ranks serve shards of one prefix).
+
+    A rank that attaches a trailing state (F4) where a peer dropped its own
+    would serve a longer match there: the ranks' schedulers then disagree.
+    """
+    loaded: dict[tuple[int, str], dict[int, int]] = {}
+    for r in outcome.ranks:
+        for load in r.loads:
+            loaded.setdefault((load.cache, load.request_id), {})[r.rank] = load.tokens
+    out = []
+    for (cache, op), by_rank in sorted(loaded.items()):
+        if len(set(by_rank.values())) > 1:
+            commits = outcome.commits(op, cache)
+            detail = ", ".join(f"rank {rank}: {tokens}" for rank, tokens in sorted(by_rank.items()))
+            out.append(f"S4/F4 {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
+    return out
+
+
+def _same_decisions(outcome: ScenarioOutcome) -> list[str]:
+    """X1/S4 as the scheduler sees them: each step finishes the same ids with the same length on every tracking rank."""
+    out = []
+    lengths = {len(r.checks) for r in outcome.ranks}
+    if len(lengths) > 1:
+        return [f"ranks ran different numbers of checks: {[len(r.checks) for r in outcome.ranks]}"]
+    for index in range(lengths.pop()):
+        records = [r.checks[index] for r in outcome.ranks]
+        if len({(c.cache, c.label, c.ids) for c in records}) > 1:
+            out.append(f"check {index}: ranks disagree on the agreed list: {[(c.label, c.ids) for c in records]}")
+            continue
+        for request_id in records[0].ids:
+            seen = {r.rank: c.finished.get(request_id) for r, c in zip(outcome.ranks, records) if request_id not in c.untracked}
+            if len(set(seen.values())) > 1:
+                detail = ", ".join(f"rank {rank}: {'not finished' if v is None else f'{v} tokens'}" for rank, v in seen.items())
+                out.append(f"X1/S4 at {records[0].label}: ranks decided {request_id} differently ({detail})")
+    return out
+
+
+def _same_requested(outcome: ScenarioOutcome) -> list[str]:
+    requested = {r.rank: r.requested for r in outcome.ranks}
+    if len({tuple(sorted(v.items())) for v in requested.values()}) > 1:
+        return [f"ranks queued different prefetch lengths: {requested}"]
+    return []
+
+
+def _x4_vote_count(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:
+    """X2/X4: per check, one vote collective per agreed id on every rank, tracked or not."""
+    if not config.policy.uses_collective:
+        return []
+    out = []
+    for r in outcome.ranks:
+        steps = _steps_of(r.traces[cache])
+        votes: dict[int, list[str]] = {}
+        for e in r.traces[cache].events:
+            if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.step is not None:
+                votes.setdefault(e.step, []).append(e.op)
+        for check_record, step in zip([c for c in r.checks if c.cache == cache], steps):
+            got = votes.get(step, [])
+            if got != list(check_record.ids):
+                out.append(f"X4 rank {r.rank} {check_record.label} (step {step}): vote collectives for {got}, agreed list {list(check_record.ids)}")
+    return out
+
+
+def _steps_of(trace: Trace) -> list[int]:
+    return [e.step for e in trace.events if e.kind is EventKind.STEP]
+
+
+def expected_commit_pages(outcome: ScenarioOutcome, request_id: str, cache: int = 0) -> int | None:
+    """The spec's commit (F3, S4): MIN over ranks of what each rank could vouch for when it terminated.
+
+    Computed from IO facts in each rank's trace (loads that ended well before
+    its TERMINATE), never from the length the implementation reports. None
+    when some rank never terminated the request.
+    """
+    pages = []
+    for r in outcome.ranks:
+        local = _committable_at_terminate(r.traces[cache].events, request_id, r.pools, outcome.ranks[0].configs[cache].page_size)
+        if local is None:
+            return None
+        pages.append(local)
+    return min(pages)
+
+
+def _committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[str, str], page_size: int) -> int | None:
+    allocs: dict[str, list[int]] = {}
+    ok: dict[str, set[int]] = {}
+    hit = 0
+    for e in events:
+        if e.op != op:
+            continue
+        if e.kind is EventKind.REVOKE:
+            return 0
+        if e.kind is EventKind.TERMINATE:
+            if e.step is None:  # dropped by an abort: it joins the commit with nothing (X4)
+                return UNTRACKED_COMMIT_PAGES
+            kv = min(_leading_pages(allocs.get("kv", []), ok.get("kv", set()), page_size), hit)
+            extras = []
+            for pool, policy in pools.items():
+                if pool == "kv" or pool not in allocs:
+                    continue
+                if HitPolicy(policy) is HitPolicy.ALL_PAGES:
+                    extras.append(PoolProgress(pool, policy, _leading_pages(allocs[pool], ok.get(pool, set()), page_size)))
+                else:
+                    loaded = bool(allocs[pool]) and allocs[pool][0] in ok.get(pool, set())
+                    extras.append(PoolProgress(pool, policy, hit if loaded else 0))
+            return committable_pages(kv, extras)
+        if e.kind is EventKind.ALLOC and e.pool is not None:
+            allocs.setdefault(e.pool, []).extend(e.slots)
+        elif e.kind is EventKind.IO_END and e.value:
+            ok.setdefault(e.pool, set()).update(e.slots)
+        elif e.kind is EventKind.HIT:
+            hit = int(e.value)
+    return None
+
+
+def _leading_pages(slots: Sequence[int], ok: set[int], page_size: int) -> int:
+    pages = 0
+    for first in range(0, len(slots) - page_size + 1, page_size):
+        if not all(s in ok for s in slots[first : first + page_size]):
+            break
+        pages += 1
+    return pages
+
+
+def _commit_oracle_problems(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:
+    out = []
+    ops = sorted({e.op for r in outcome.ranks for e in r.traces[cache].events if e.kind is EventKind.COMMIT})
+    for op in ops:
+        want = expected_commit_pages(outcome, op, cache)
+        if want is None:
+            continue
+        got = outcome.commits(op, cache)
+        wrong = {rank: tokens for rank, tokens in got.items() if tokens != want * config.page_size}
+        if wrong:
+            out.append(f"F3/S4 {op}: spec commit is {want * config.page_size} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
+    return out

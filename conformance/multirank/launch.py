@@ -1,0 +1,405 @@
+"""The parent side of a multi-rank run: what travels to and from the ranks, launch and supervision.
+
+The parent (a pytest worker) hosts a TCP store on 127.0.0.1 at a port the OS
+picks at run time, starts world_size processes and waits for them within a
+bound; each rank writes its traces and observations to a file read here.
+
+Processes come from a forkserver: a fresh server process imports torch once,
+and every rank is forked from it (as safe as spawn, CUDA included, since the
+server never touches CUDA; a launch then costs about 0.1 s instead of seconds).
+
+Hangs: every rank runs a heartbeat thread that writes its current scenario
+step and last trace event to a small file. When no live rank's heartbeat
+changed for hang_timeout_s, the parent kills every rank and reports
+"rank R hung at step S (last event ...)". Collectives also carry a timeout
+(init_process_group(timeout=...)) as a backstop.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
+from conformance.loader import load_factory
+from conformance.multirank.checks import same_usable_prefix_problems, scenario_problems
+from conformance.multirank.scenarios import SCENARIOS
+from spec.config import TerminationConfig
+from spec.errors import ConfigError
+from spec.trace import Event, EventKind, Trace
+
+
+
+class MultiRankError(AssertionError):
+    """A multi-rank launch failed: a rank hung, crashed or could not start."""
+
+
+# --- what travels from the parent to the ranks ---------------------------------
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """How a rank process finds the adapter: the pickled object, an entry point name, or a factory spec."""
+
+    kind: str  # "pickle" | "entry_point" | "factory"
+    value: Any
+    name: str
+
+    def load(self) -> CacheAdapter:
+        if self.kind == "pickle":
+            return pickle.loads(self.value)
+        if self.kind == "entry_point":
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name == self.value:
+                    return ep.load()()
+            raise ConfigError("adapter entry point", self.value, f"a name registered in {ENTRY_POINT_GROUP}")
+        if self.kind == "factory":
+            return load_factory(self.value)()
+        raise ConfigError("AdapterRef.kind", self.kind, "pickle, entry_point or factory")
+
+
+def adapter_ref(impl: CacheAdapter, cli_specs: Sequence[str] = ()) -> AdapterRef:
+    """A reference to `impl` that a fresh process can resolve.
+
+    Picklable adapters (the built-ins are frozen dataclasses) travel as they
+    are; others are found again by entry point name or by the --cache-impl
+    factory spec that produced an adapter of the same name.
+    """
+    try:
+        blob = pickle.dumps(impl)
+        if getattr(pickle.loads(blob), "name", None) == impl.name:
+            return AdapterRef("pickle", blob, impl.name)
+    except Exception:  # not picklable: fall back to a name
+        pass
+    for spec in cli_specs:
+        if getattr(load_factory(spec)(), "name", None) == impl.name:
+            return AdapterRef("factory", spec, impl.name)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == impl.name:
+            return AdapterRef("entry_point", ep.name, impl.name)
+    raise ConfigError("impl", impl.name, "a picklable adapter, a registered entry point or a --cache-impl factory spec")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario function (by name, from SCENARIOS) and its keyword arguments."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in SCENARIOS:
+            raise ConfigError("scenario", self.name, "one of " + ", ".join(sorted(SCENARIOS)))
+
+    @property
+    def label(self) -> str:
+        args = ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.params.items()))
+        return f"{self.name}({args})"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 40 and isinstance(value, (list, tuple)):
+        return f"<{len(value)} items>"
+    return text
+
+
+@dataclass(frozen=True)
+class Launch:
+    adapter: AdapterRef | None
+    world_size: int
+    device: str  # "cpu" or "cuda"
+    scenarios: tuple[Scenario, ...]
+    workdir: str
+    store_port: int
+    collective_timeout_s: float
+    wait_timeout_s: float
+
+
+# --- what travels back ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One scheduler step on one rank: the agreed id list and what finished."""
+
+    cache: int
+    label: str
+    ids: tuple[str, ...]
+    finished: Mapping[str, int]
+    untracked: frozenset[str]  # ids this rank had already dropped (aborted)
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    cache: int
+    request_id: str
+    tokens: int  # what load_back put on the device
+    error: str | None  # bytes differ from the generated bytes (S5)
+
+
+@dataclass
+class RankScenarioResult:
+    scenario: str
+    rank: int
+    phase: str = "start"
+    error: str | None = None
+    traces: list[Trace] = field(default_factory=list)
+    configs: list[TerminationConfig] = field(default_factory=list)
+    pools: dict[str, str] = field(default_factory=dict)  # pool -> hit policy value
+    requested: dict[str, int] = field(default_factory=dict)
+    checks: list[CheckRecord] = field(default_factory=list)
+    loads: list[LoadRecord] = field(default_factory=list)
+    matches: dict[str, tuple[int, int]] = field(default_factory=dict)
+    leftover_threads: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScenarioOutcome:
+    """One scenario as every rank saw it."""
+
+    scenario: Scenario
+    ranks: list[RankScenarioResult]
+
+    def finished_at(self, request_id: str) -> dict[int, tuple[str, int] | None]:
+        """rank -> (step label, committed tokens) of the check that finished request_id there."""
+        out: dict[int, tuple[str, int] | None] = {}
+        for r in self.ranks:
+            out[r.rank] = next(((c.label, c.finished[request_id]) for c in r.checks if request_id in c.finished), None)
+        return out
+
+    def commits(self, request_id: str, cache: int = 0) -> dict[int, int]:
+        """rank -> tokens in that rank's COMMIT event for request_id."""
+        out = {}
+        for r in self.ranks:
+            for e in r.traces[cache].events:
+                if e.kind is EventKind.COMMIT and e.op == request_id:
+                    out[r.rank] = int(e.value)
+        return out
+
+    def problems(self) -> list[str]:
+        return scenario_problems(self)
+
+
+@dataclass
+class LaunchResult:
+    outcomes: list[ScenarioOutcome]
+    fatal: list[str]
+    wall_s: float
+
+
+# --- the parent ---------------------------------------------------------------------
+
+# Imported once in the forkserver, so that forked ranks find torch and the rank side
+# (which imports the rest of this package) already loaded.
+_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "conformance.multirank.rank"]
+
+
+def _process_context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # Effective only before the server starts (the first launch of this process).
+    ctx.set_forkserver_preload([*_FORKSERVER_PRELOAD, *preload])
+    return ctx
+
+
+def cuda_devices_needed(world_size: int) -> str | None:
+    """None when every rank can have its own GPU, else the reason to skip."""
+    if not torch.cuda.is_available():
+        return "no CUDA device visible"
+    count = torch.cuda.device_count()
+    if count < world_size:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        pinned = f" (CUDA_VISIBLE_DEVICES={visible!r}; under xdist each worker is pinned to one GPU: run without -n to cover this)" if visible is not None else ""
+        return f"{world_size} ranks need {world_size} CUDA devices, one per rank (nccl cannot share one); {count} visible{pinned}"
+    return None
+
+
+def launch(
+    adapter: AdapterRef | None,
+    scenarios: Sequence[Scenario],
+    *,
+    world_size: int,
+    device: str,
+    workdir: Path,
+    hang_timeout_s: float = 8.0,
+    collective_timeout_s: float = 30.0,
+    wait_timeout_s: float = 20.0,
+    total_timeout_s: float = 300.0,
+    startup_timeout_s: float = 90.0,
+    preload: Sequence[str] = (),
+) -> LaunchResult:
+    """Run `scenarios` on `world_size` rank processes; raise MultiRankError on a hang or crash.
+
+    A scenario that fails on some rank is not raised here: its outcome carries
+    the rank's error (see scenario_problems), and the ranks skip the rest.
+    """
+    import torch.distributed as dist
+
+    # The rank side imports this module: imported here, so that the import graph has no cycle.
+    from conformance.multirank.rank import _rank_main
+
+    if device not in ("cpu", "cuda"):
+        raise ConfigError("device", device, "'cpu' or 'cuda' (each rank uses cuda:<rank>)")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise ConfigError("world_size", world_size, "an integer >= 2")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    # The parent hosts the store on a port the OS picks: no race for a "free" port.
+    store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=collective_timeout_s), wait_for_workers=False)
+    plan = Launch(adapter, world_size, device, tuple(scenarios), str(workdir), store.port, collective_timeout_s, wait_timeout_s)
+    ctx = _process_context(preload)
+    procs = [ctx.Process(target=_rank_main, args=(plan, rank), name=f"rank{rank}", daemon=True) for rank in range(world_size)]
+    try:
+        for proc in procs:
+            proc.start()
+        hang = _supervise(procs, workdir, hang_timeout_s, total_timeout_s, startup_timeout_s)
+    finally:
+        for proc in procs:
+            if proc.pid is None:
+                continue  # never started
+            if proc.is_alive():
+                proc.kill()
+            proc.join(10)
+        del store
+    results = [_read_results(workdir, rank) for rank in range(world_size)]
+    fatal = [f"rank {rank}: {res['fatal']}" for rank, res in enumerate(results) if res["fatal"]]
+    crashed = [f"rank {rank} exited with code {p.exitcode}" for rank, p in enumerate(procs) if p.exitcode not in (0, None) and not results[rank]["fatal"]]
+    if hang:
+        errors = [f"rank {r.rank} {r.scenario} at {r.phase}: {r.error}" for res in results for r in res["scenarios"] if r.error]
+        raise MultiRankError("\n".join([hang, *errors, *fatal]))
+    if fatal or crashed:
+        raise MultiRankError("\n".join([*fatal, *crashed]))
+    outcomes = []
+    for index, scenario in enumerate(plan.scenarios):
+        per_rank = [res["scenarios"][index] for res in results if index < len(res["scenarios"])]
+        if len(per_rank) == world_size:
+            outcomes.append(ScenarioOutcome(scenario, per_rank))
+    return LaunchResult(outcomes, fatal, time.monotonic() - started)
+
+
+def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_s: float, startup_timeout_s: float) -> str | None:
+    """Wait for every rank; a message naming each stuck rank's step when they stall or run too long.
+
+    A rank counts as stalled once its heartbeat has not changed for
+    hang_timeout_s; before its first heartbeat (process start, imports) the
+    bound is startup_timeout_s.
+    """
+    start = time.monotonic()
+    beats: dict[int, str] = {}
+    changed: dict[int, float] = {rank: start + startup_timeout_s - hang_timeout_s for rank in range(len(procs))}
+    while True:
+        alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
+        if not alive:
+            return None
+        multiprocessing.connection.wait([procs[r].sentinel for r in alive], timeout=0.2)
+        now = time.monotonic()
+        for rank in alive:
+            beat = _read_heartbeat(workdir, rank)
+            if beat != beats.get(rank):
+                beats[rank] = beat
+                changed[rank] = now
+        alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
+        quiet = min((now - changed[r] for r in alive), default=0.0)
+        stalled = bool(alive) and quiet >= hang_timeout_s
+        if alive and not stalled and quiet >= min(1.0, hang_timeout_s):
+            # Ranks that entered different collectives at the same position can never
+            # make progress together: no need to wait out the whole bound.
+            stalled = _entered_different_collectives({r: _parse_beat(beats.get(r, ""))["collectives"] for r in alive})
+        if stalled or (alive and now - start >= total_timeout_s):
+            why = f"no progress for {quiet:.1f}s" if stalled else f"still running after {total_timeout_s:g}s"
+            parsed = {rank: _parse_beat(beats.get(rank, "")) for rank in range(len(procs))}
+            lines = []
+            for rank in alive:
+                beat = parsed[rank]
+                lines.append(f"rank {rank} hung at step '{beat['phase']}' (last event: {beat['last'] or 'none'})")
+            done = [rank for rank in range(len(procs)) if rank not in alive]
+            tail = f"; ranks {done} had exited" if done else ""
+            divergence = first_divergence({r: b["collectives"] for r, b in parsed.items() if r in alive})
+            tail += f"\n{divergence}" if divergence else ""
+            return f"multi-rank run stuck ({why}): " + "; ".join(lines) + tail
+
+
+def _read_heartbeat(workdir: Path, rank: int) -> str:
+    try:
+        return (workdir / f"heartbeat{rank}.txt").read_text()
+    except OSError:
+        return ""
+
+
+def _parse_beat(text: str) -> dict[str, Any]:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"phase": "starting", "last": "", "collectives": []}
+
+
+def _collective_name(e: Event) -> str:
+    where = [f"op {e.op}"] if e.op is not None else []
+    where += [f"step {e.step}"] if e.step is not None else []
+    return f"{e.value}({', '.join(where)})"
+
+
+def _entered_different_collectives(per_rank: Mapping[int, Sequence[str]]) -> bool:
+    shortest = min((len(seq) for seq in per_rank.values()), default=0)
+    return len(per_rank) > 1 and any(len({seq[i] for seq in per_rank.values()}) > 1 for i in range(shortest))
+
+
+def first_divergence(per_rank: Mapping[int, Sequence[str]]) -> str | None:
+    """The first position where the ranks' collective sequences differ (L3), described."""
+    if len(per_rank) < 2:
+        return None
+    longest = max(len(seq) for seq in per_rank.values())
+    for index in range(longest):
+        names = {rank: (seq[index] if index < len(seq) else "nothing") for rank, seq in per_rank.items()}
+        if len(set(names.values())) > 1:
+            detail = ", ".join(f"rank {rank} {name}" for rank, name in sorted(names.items()))
+            return f"L3: collective #{index + 1} differs across ranks: {detail}"
+    return None
+
+
+def _read_results(workdir: Path, rank: int) -> dict[str, Any]:
+    path = workdir / f"results{rank}.pkl"
+    try:
+        return pickle.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {"fatal": None, "scenarios": []}
+    except Exception as exc:  # a rank killed mid-write
+        return {"fatal": f"unreadable results file {path}: {exc}", "scenarios": []}
+
+
+def run_or_fail(adapter: AdapterRef | None, scenarios: Sequence[Scenario], *, same_usable_prefix: bool = False, **kwargs: Any) -> list[ScenarioOutcome]:
+    """launch(), then fail with every problem of every scenario, naming ranks and steps.
+
+    same_usable_prefix: also require every rank to serve the same prefix after
+    load-back (kept apart so that its failures are reported under S4/F4 only).
+    """
+    result = launch(adapter, scenarios, **kwargs)
+    problems = []
+    for outcome in result.outcomes:
+        found = outcome.problems()
+        if same_usable_prefix:
+            found += same_usable_prefix_problems(outcome)
+        problems += [f"{outcome.scenario.label}: {p}" for p in found]
+    missing = [s.label for s in scenarios if s not in [o.scenario for o in result.outcomes]]
+    if missing:
+        problems.append(f"scenarios not run on every rank (an earlier one failed): {missing}")
+    if problems:
+        raise MultiRankError("\n".join(problems))
+    return result.outcomes

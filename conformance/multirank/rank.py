@@ -1,0 +1,519 @@
+"""The rank process of a multi-rank run: join the group, run the scenarios, report.
+
+Each rank joins a process group (gloo on CPU, nccl with one GPU per rank),
+creates caches through the adapter with env.process_group set, runs the
+launch's scenarios in order (the group is reused) and writes its traces and
+observations to a file the parent reads. A heartbeat thread writes the rank's
+current step and last trace event, so that the parent can name where it hung.
+
+Determinism: each rank's cache gets an IoValve as its trace gate. It parks
+every storage->host load of the prefetches a scenario controls, so a scenario
+moves each rank's IO forward stage by stage (rank 0 fast, rank 1 slow, one
+rank's extra pool pending, ...) before each scheduler step, and can move it
+between a rank's vote and its terminate (window 2). Waits are bounded and
+driven by trace events, never by sleeps. The valve assumes the implementation's
+IO thread serves prefetches one at a time, in order (as the shared core does).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pickle
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from conformance.adapter import CacheEnv
+from conformance.gates import GateTimeout, InjectedFault
+from conformance.multirank.launch import CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
+from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
+from spec.clock import ManualClock
+from spec.config import TerminationConfig
+from spec.decision import VOTE_COLLECTIVE
+from spec.errors import ConfigError
+from spec.fence import HitPolicy
+from spec.trace import LOAD, Event, EventKind, TraceRecorder
+
+def _rank_main(plan: Launch, rank: int) -> None:
+    import torch.distributed as dist
+
+    workdir = Path(plan.workdir)
+    heartbeat = Heartbeat(workdir / f"heartbeat{rank}.txt")
+    results: dict[str, Any] = {"fatal": None, "scenarios": []}
+    out_path = workdir / f"results{rank}.pkl"
+    status = 0
+    try:
+        heartbeat.phase("joining the process group")
+        torch.set_num_threads(1)  # several ranks share few cores
+        if sys.platform == "linux":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        timeout = datetime.timedelta(seconds=plan.collective_timeout_s)
+        store = dist.TCPStore("127.0.0.1", plan.store_port, None, False, timeout)
+        if plan.device == "cuda":
+            torch.cuda.set_device(rank)
+            backend, device = "nccl", f"cuda:{rank}"
+        else:
+            backend, device = "gloo", "cpu"
+        dist.init_process_group(backend, store=store, rank=rank, world_size=plan.world_size, timeout=timeout)
+        adapter = plan.adapter.load() if plan.adapter is not None else None
+        for index, scenario in enumerate(plan.scenarios):
+            ctx = RankContext(plan, rank, index, scenario, device, adapter, heartbeat)
+            result = ctx.run()
+            results["scenarios"].append(result)
+            _write_atomic(out_path, pickle.dumps(results))
+            if not _agree_all_ok(store, plan, rank, index, result.error is None, heartbeat):
+                break
+        heartbeat.phase("waiting for every rank to finish")
+        _store_barrier(store, plan, "exit", rank)
+    except BaseException:
+        results["fatal"] = traceback.format_exc(limit=8)
+        status = 1
+    finally:
+        _write_atomic(out_path, pickle.dumps(results))
+        heartbeat.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    sys.exit(status)
+
+
+def _agree_all_ok(store, plan: Launch, rank: int, index: int, ok: bool, heartbeat: "Heartbeat") -> bool:
+    """After each scenario, through the store (not a collective): go on only if every rank succeeded."""
+    heartbeat.phase(f"scenario {index} done, waiting for every rank")
+    store.set(f"scenario{index}/rank{rank}", b"ok" if ok else b"failed")
+    keys = [f"scenario{index}/rank{r}" for r in range(plan.world_size)]
+    store.wait(keys, datetime.timedelta(seconds=plan.collective_timeout_s))
+    return all(store.get(k) == b"ok" for k in keys)
+
+
+def _store_barrier(store, plan: Launch, name: str, rank: int) -> None:
+    store.set(f"{name}/rank{rank}", b"1")
+    store.wait([f"{name}/rank{r}" for r in range(plan.world_size)], datetime.timedelta(seconds=plan.collective_timeout_s))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class Heartbeat:
+    """The rank's current step and last trace event, written to a file when they change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._phase = "starting"
+        self.trace: TraceRecorder | None = None
+        self._stop = threading.Event()
+        self._written = ""
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{path.stem}", daemon=True)
+        self._thread.start()
+
+    def phase(self, text: str) -> None:
+        self._phase = text
+        self._write()
+
+    def _write(self) -> None:
+        trace = self.trace
+        events = trace.events() if trace is not None else ()
+        beat = {
+            "phase": self._phase,
+            "last": events[-1].describe() if events else "",
+            # What this rank entered, in order: on a hang the parent finds the first divergence.
+            "collectives": [_collective_name(e) for e in events if e.kind is EventKind.COLLECTIVE],
+        }
+        text = json.dumps(beat)
+        with self._lock:
+            if text != self._written:
+                self._written = text
+                _write_atomic(self.path, text.encode())
+
+    def _loop(self) -> None:
+        # A rank stuck inside a call records nothing new; this notes where it stopped.
+        while not self._stop.wait(0.1):
+            self._write()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._write()
+
+
+class ObservedTrace(TraceRecorder):
+    """A TraceRecorder that keeps a per-operation summary and wakes waiters on every event.
+
+    Waiters (the scenario driver) use the summary, never the operation's lock,
+    so waiting cannot deadlock with the implementation's threads.
+    """
+
+    def __init__(self, clock, *, rank: int, cond: threading.Condition) -> None:
+        super().__init__(clock, rank=rank)
+        self.cond = cond
+        self.views: dict[str, OpView] = {}
+        self._hooks: list[tuple[Callable[[Event], bool], Callable[[Event], None]]] = []
+
+    def record(self, kind: EventKind, **fields: Any) -> Event:
+        event = super().record(kind, **fields)
+        hook = None
+        with self.cond:
+            if event.op is not None:
+                self.views.setdefault(event.op, OpView()).update(event)
+            for index, (predicate, callback) in enumerate(self._hooks):
+                if predicate(event):
+                    hook = self._hooks.pop(index)[1]
+                    break
+            self.cond.notify_all()
+        if hook is not None:
+            hook(event)  # outside every lock: it may wait for other threads
+        return event
+
+    def view(self, op: str) -> "OpView":
+        return self.views.setdefault(op, OpView())
+
+    def once(self, predicate: Callable[[Event], bool], callback: Callable[[Event], None]) -> None:
+        """Run callback (once, in the recording thread) right after the first event matching predicate."""
+        with self.cond:
+            self._hooks.append((predicate, callback))
+
+
+@dataclass
+class OpView:
+    hit_pages: int = 0
+    hit_done: bool = False
+    kv_slots_ok: int = 0
+    io_done: bool = False
+    terminated: bool = False
+
+    def update(self, e: Event) -> None:
+        if e.kind is EventKind.HIT:
+            self.hit_pages = int(e.value)
+            self.hit_done = True
+        elif e.kind is EventKind.REVOKE:
+            self.hit_done = self.terminated = True
+        elif e.kind is EventKind.TERMINATE:
+            self.terminated = True
+        elif e.kind is EventKind.IO_DONE:
+            self.io_done = self.hit_done = True
+        elif e.kind is EventKind.IO_END and e.pool == "kv" and e.value:
+            self.kv_slots_ok += len(e.slots)
+
+
+class IoValve:
+    """A cache's trace gate: parks each storage->host load of controlled prefetches until allowed.
+
+    Loads are counted per operation; the n-th one passes once `allow` was
+    called n times. Faults raise InjectedFault at the gate point (a failed
+    transfer for the implementation). Every wait is bounded.
+    """
+
+    def __init__(self, cond: threading.Condition, rank: int, timeout_s: float) -> None:
+        self._cond = cond
+        self.rank = rank
+        self.timeout_s = timeout_s
+        self._arrived: dict[str, int] = {}
+        self._allowed: dict[str, int] = {}
+        self._faults: list[list[Any]] = []  # [description, predicate, remaining]
+        self._open = False
+
+    def control(self, op: str) -> None:
+        with self._cond:
+            self._arrived.setdefault(op, 0)
+            self._allowed.setdefault(op, 0)
+
+    def allow(self, op: str, count: int = 1) -> None:
+        with self._cond:
+            self._allowed[op] += count
+            self._cond.notify_all()
+
+    def parked(self, op: str) -> bool:
+        """A load of op has reached the gate beyond what was allowed: its IO is started and held."""
+        return self._arrived.get(op, 0) > self._allowed.get(op, 0)
+
+    def any_parked(self) -> bool:
+        return any(self.parked(op) for op in self._arrived)
+
+    def fail(self, description: str, predicate: Callable[[Event], bool], *, times: int = 1) -> None:
+        with self._cond:
+            self._faults.append([description, predicate, times])
+
+    def release(self, op: str) -> None:
+        """Every later load of op passes."""
+        self.allow(op, 1 << 30)
+
+    def controlled(self) -> list[str]:
+        with self._cond:
+            return list(self._arrived)
+
+    def open_all(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+    def __call__(self, event: Event) -> None:
+        with self._cond:
+            for fault in self._faults:
+                if fault[2] and fault[1](event):
+                    fault[2] -= 1
+                    raise InjectedFault(f"rank {self.rank}: injected fault '{fault[0]}' at {event.describe()}")
+            op = event.op
+            if self._open or event.kind is not EventKind.IO_START or event.value != LOAD or op not in self._arrived:
+                return
+            index = self._arrived[op]
+            self._arrived[op] += 1
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self._open or self._allowed[op] > index, self.timeout_s):
+                raise GateTimeout(f"rank {self.rank}: load {index + 1} of {op} was never released within {self.timeout_s}s ({event.describe()})")
+
+
+class ScenarioFailure(AssertionError):
+    """A scenario could not drive a rank where it meant to (names the rank and what it waited for)."""
+
+
+class CacheHandle:
+    """One cache on one rank, with the harness's clock, trace and valve."""
+
+    def __init__(self, ctx: "RankContext", index: int, cache, trace: ObservedTrace, clock: ManualClock, valve: IoValve, config: TerminationConfig) -> None:
+        self.ctx = ctx
+        self.index = index
+        self.cache = cache
+        self.trace = trace
+        self.clock = clock
+        self.valve = valve
+        self.config = config
+        self.aborted: set[str] = set()
+        self.committed: dict[str, int] = {}
+        self._steps = 0
+
+    # --- waiting on trace facts ---
+
+    def wait(self, predicate: Callable[[], bool], what: str) -> None:
+        with self.trace.cond:
+            if predicate():
+                return
+        self.ctx.heartbeat.phase(f"{self.ctx.scenario.label} {self.ctx.result.phase}, waiting for {what}")
+        with self.trace.cond:
+            if not self.trace.cond.wait_for(predicate, self.ctx.wait_timeout_s):
+                raise ScenarioFailure(f"rank {self.ctx.rank}: {what} did not happen within {self.ctx.wait_timeout_s}s")
+
+    def settle(self, op: str) -> None:
+        """Wait until op's hit query ran and its IO is held at the valve, finished, or queued behind a held one."""
+        view = self.trace.view(op)
+        self.wait(lambda: view.hit_done and (view.io_done or self.valve.any_parked()), f"prefetch {op} settling (hit query, then first load held)")
+
+    # --- storage ---
+
+    def store(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
+        """Write, back up to storage, empty device and host (the collectives are the same on every rank)."""
+        self.cache.write(tokens, data)
+        self.cache.flush()
+        self.cache.evict_all()
+
+    # --- prefetch driving ---
+
+    def prefetch(self, op: str, tokens: Sequence[int]) -> int:
+        self.valve.control(op)
+        requested = self.cache.prefetch(op, tokens)
+        self.ctx.result.requested[op] = requested
+        if requested:
+            self.settle(op)
+        return requested
+
+    def reached(self, op: str, level: str) -> bool:
+        view = self.trace.view(op)
+        kv_pages = view.kv_slots_ok // self.config.page_size
+        if level == "partial":
+            return 0 < kv_pages < view.hit_pages
+        if level == "kv":
+            return view.hit_pages > 0 and kv_pages >= view.hit_pages and (self.valve.parked(op) or view.io_done)
+        if level == "done":
+            return view.io_done
+        raise ConfigError("level", level, " or ".join(LEVELS))
+
+    def to(self, op: str, level: str) -> None:
+        """Let op's loads through one at a time until its IO reached `level`:
+
+        partial: some but not all KV pages loaded (the next batch held);
+        kv: every KV page loaded, the extra-pool transfer held (or IO done if none);
+        done: the IO thread starts nothing more for op.
+        """
+        view = self.trace.view(op)
+        while True:
+            self.wait(lambda: view.io_done or self.valve.parked(op), f"IO of {op} held at its next load (to reach level {level!r})")
+            if self.reached(op, level):
+                return
+            if view.io_done:
+                raise ScenarioFailure(f"rank {self.ctx.rank}: IO of {op} ended before reaching level {level!r} (hit {view.hit_pages} pages, {view.kv_slots_ok} KV tokens loaded)")
+            self.valve.allow(op)
+
+    def time_out(self) -> None:
+        """Move this rank's clock past any timeout budget (capped or not) of a small request."""
+        self.clock.advance(self.config.timeout_max_s + self.config.timeout_base_s + 1.0)
+
+    def between_vote_and_terminate(self, op: str, level: str) -> None:
+        """Window 2: at this rank's vote collective for op, move its IO to `level` before terminate runs."""
+
+        def is_vote(e: Event) -> bool:
+            return e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.op == op
+
+        self.trace.once(is_vote, lambda _e: self.to(op, level))
+
+    def check(self, ids: Sequence[str]) -> dict[str, int]:
+        self._steps += 1
+        label = f"cache {self.index} check {self._steps}"
+        self.ctx.phase(f"{label} over {list(ids)}")
+        finished = dict(self.cache.check_progress(list(ids)))
+        self.committed.update(finished)
+        self.ctx.result.checks.append(CheckRecord(self.index, label, tuple(ids), finished, frozenset(self.aborted)))
+        return finished
+
+    def abort(self, op: str) -> None:
+        self.aborted.add(op)
+        self.cache.abort(op)
+
+    def release_all_io(self) -> None:
+        """Every held and later load of the prefetches started so far passes."""
+        for op in self.valve.controlled():
+            self.valve.release(op)
+
+    # --- results ---
+
+    def load_and_compare(self, op: str, tokens: Sequence[int], writes: Mapping[int, Mapping[str, torch.Tensor]]) -> int:
+        """Load the match of `tokens` back and compare each pool's bytes with what this rank wrote (S5).
+
+        writes: written length -> the data written for that many tokens (rows
+        of token pools, and the state at that length).
+        """
+        self.ctx.phase(f"loading back {op}")
+        loaded = self.cache.load_back(tokens)
+        error = None
+        try:
+            if loaded.tokens:
+                _compare_loaded(self.cache, loaded, writes)
+        except AssertionError as exc:
+            error = str(exc)
+        self.ctx.result.loads.append(LoadRecord(self.index, op, loaded.tokens, error))
+        return loaded.tokens
+
+    def close(self) -> None:
+        """Let IO end, take one more (empty) scheduler step, empty the tiers, then account and close.
+
+        The empty step is where an implementation may free what ended since
+        the last one; it is a step like any other, so it must run the same
+        collectives on every rank (L3).
+        """
+        self.ctx.phase(f"cache {self.index}: letting IO end")
+        self.valve.open_all()
+        for op, requested in self.ctx.result.requested.items():
+            if requested and op in self.trace.views:
+                view = self.trace.view(op)
+                self.wait(lambda: view.io_done, f"IO of {op} ending after its valve opened")
+        self.check([])
+        self.ctx.phase(f"cache {self.index}: evicting everything")
+        self.cache.evict_all()
+        for name, (allocated, free, capacity) in self.cache.slot_accounting().items():
+            if allocated:
+                self.ctx.result.leaks.append(f"cache {self.index} {name}: {allocated} of {capacity} slots still allocated after every prefetch ended and evict_all() (F8)")
+            if allocated + free != capacity:
+                self.ctx.result.leaks.append(f"cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
+        self.cache.close()
+        self.ctx.result.leftover_threads += [t.name for t in self.cache.threads() if t.is_alive()]
+
+
+def _compare_loaded(cache, loaded, writes: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
+    longest = writes[max(writes)]
+    for name, pool in cache.pools.items():
+        if pool.unit == "state":
+            if name not in loaded.data:
+                continue
+            if loaded.tokens not in writes:
+                raise AssertionError(f"pool {name}: a state was loaded for {loaded.tokens} tokens, but states were written only at {sorted(writes)}")
+            want = writes[loaded.tokens][name]
+            if not torch.equal(loaded.data[name].view(torch.uint8), want.view(torch.uint8)):
+                raise AssertionError(f"pool {name}: loaded state bytes differ from the stored state at {loaded.tokens} tokens")
+            continue
+        got = loaded.data[name][: loaded.tokens]
+        want = longest[name][: loaded.tokens]
+        if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+            rows = [i for i in range(loaded.tokens) if not torch.equal(got[i].view(torch.uint8), want[i].view(torch.uint8))]
+            raise AssertionError(f"pool {name}: loaded bytes differ from stored bytes at token rows {rows[:8]}")
+
+
+class RankContext:
+    """What a scenario function sees on one rank."""
+
+    def __init__(self, plan: Launch, rank: int, index: int, scenario: Scenario, device: str, adapter, heartbeat: Heartbeat) -> None:
+        self.plan = plan
+        self.rank = rank
+        self.world_size = plan.world_size
+        self.index = index
+        self.scenario = scenario
+        self.device = device
+        self.adapter = adapter
+        self.heartbeat = heartbeat
+        self.wait_timeout_s = plan.wait_timeout_s
+        self.result = RankScenarioResult(scenario.label, rank)
+        self.handles: list[CacheHandle] = []
+
+    def phase(self, text: str) -> None:
+        self.result.phase = text
+        self.heartbeat.phase(f"{self.scenario.label} {text}")
+
+    def cache(self, policy: str, **env_fields: Any) -> CacheHandle:
+        import torch.distributed as dist
+
+        index = len(self.handles)
+        termination = TerminationConfig(policy=policy, page_size=PAGE_SIZE)
+        clock = ManualClock(1000.0)
+        cond = threading.Condition()
+        trace = ObservedTrace(clock, rank=self.rank, cond=cond)
+        valve = IoValve(cond, self.rank, self.wait_timeout_s)
+        trace.set_gate(valve)
+        env = CacheEnv(
+            device=self.device,
+            termination=termination,
+            storage_dir=Path(self.plan.workdir) / f"scenario{self.index}" / f"rank{self.rank}" / f"cache{index}",
+            clock=clock,
+            trace=trace,
+            extra_pools=tuple(env_fields.pop("extra_pools", self.adapter.default_extra_pools)),
+            rank=self.rank,
+            world_size=self.world_size,
+            process_group=dist.group.WORLD,
+            batch_pages=env_fields.pop("batch_pages", BATCH_PAGES),
+            wait_timeout_s=self.wait_timeout_s,
+            **env_fields,
+        )
+        self.phase(f"creating cache {index}")
+        session = self.adapter.create(env)
+        handle = CacheHandle(self, index, session, trace, clock, valve, termination)
+        self.handles.append(handle)
+        self.heartbeat.trace = trace
+        self.result.traces.append(trace.trace())  # placeholder, replaced at the end
+        self.result.configs.append(termination)
+        self.result.pools = {name: HitPolicy(pool.hit_policy).value for name, pool in session.pools.items()}
+        return handle
+
+    def run(self) -> RankScenarioResult:
+        function = SCENARIOS[self.scenario.name]
+        try:
+            function(self, **self.scenario.params)
+            self.phase("closing")
+            for handle in self.handles:
+                handle.close()
+        except BaseException:
+            self.result.error = traceback.format_exc(limit=6)
+            for handle in self.handles:
+                handle.valve.open_all()  # parked IO threads must not outlive the scenario
+                try:
+                    handle.cache.close()
+                except BaseException as exc:
+                    self.result.error += f"\n(close also failed: {exc})"
+        self.result.traces = [h.trace.trace() for h in self.handles]
+        return self.result  # the heartbeat keeps this trace until the next cache: a peer may still hang on it
