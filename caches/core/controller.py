@@ -123,6 +123,7 @@ class StorageController:
                 self._fault(kind, getattr(item, "request_id", None), exc)
                 if isinstance(item, PrefetchOperation):
                     item.revoke("error")
+                    item.fail_in_flight()
                     item.finish_transfers()
 
     def _fault(self, where: str, request_id: str | None, exc: BaseException) -> None:

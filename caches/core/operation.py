@@ -237,6 +237,25 @@ class PrefetchOperation:
                 self._plans[pool].completed_pages = pages
             return True
 
+    def fail_in_flight(self) -> None:
+        """End every IO still marked in flight as failed (an IO thread hit an unexpected error).
+
+        Without this, a slot of an IO that never ends would never be freed (F8).
+        """
+        with self.lock:
+            for pool, in_flight in self._in_flight.items():
+                if not in_flight:
+                    continue
+                by_io: dict[int, list[int]] = {}
+                for unit, io in in_flight.items():
+                    by_io.setdefault(io, []).append(unit)
+                for io, units in by_io.items():
+                    self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=_expand(units, self._width[pool]), io=io, value=False)
+                units = list(in_flight)
+                in_flight.clear()
+                if self._terminated:
+                    self._release(pool, units)
+
     def finish_transfers(self) -> None:
         """The IO thread starts nothing more for this operation."""
         with self.lock:

@@ -328,3 +328,18 @@ def test_terminate_at_any_batch_boundary_frees_every_slot_exactly_once(terminate
     assert h.op.owned_slots() == {}
     # Only kv was loaded here, so F3 (a completed load before insert) does not apply.
     assert h.violations("S1", "S2", "S3") == []
+
+
+def test_fail_in_flight_ends_every_open_io_and_frees_after_terminate():
+    h = Harness()
+    start = h.op.begin_io("kv", h.page(0) + h.page(1))
+    assert start is not None and h.op.has_in_flight()
+    h.op.revoke("error")
+    h.op.fail_in_flight()
+    assert not h.op.has_in_flight()
+    ends = [e for e in h.trace.events() if e.kind.value == "io_end"]
+    assert len(ends) == 1 and ends[0].io == start.io and ends[0].value is False
+    h.op.drain()
+    assert h.op.owned_slots() == {}
+    assert h.free_kv_slots() == 8 * PS  # kv and indexer both let go: every slot number returned
+    assert h.violations() == []
