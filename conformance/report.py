@@ -224,6 +224,7 @@ def write_report(data: Mapping[str, Any], path: str | Path, titles: Mapping[str,
 
 
 MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
+INTERLEAVINGS_KEY = "conformance.interleavings"  # user property a systematic-exploration test sets
 
 
 class MatrixRecorder:
@@ -237,6 +238,7 @@ class MatrixRecorder:
         self.clause_titles = dict(clause_titles)
         self.report_path = report_path
         self.records: dict[str, OutcomeRecord] = {}
+        self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
         self.worker_matched: set[str] = set()
         self.data: dict | None = None
         self.written: tuple[Path, Path] | None = None
@@ -250,6 +252,10 @@ class MatrixRecorder:
             impl, device, clauses = props
             record = self.records[report.nodeid] = OutcomeRecord(report.nodeid, impl, device, clauses)
         record.add(report)
+        if report.when == "call":
+            for pair in report.user_properties:
+                if pair[0] == INTERLEAVINGS_KEY:
+                    self.interleavings[record.impl] = self.interleavings.get(record.impl, 0) + int(pair[1])
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -271,6 +277,7 @@ class MatrixRecorder:
             stale_expected_failures=stale,
         )
         self.data = report.as_json()
+        self.data["interleavings"] = dict(sorted(self.interleavings.items()))
         if self.report_path:
             self.written = write_report(self.data, self.report_path, self.clause_titles)
 
@@ -281,6 +288,9 @@ class MatrixRecorder:
         tr.write_sep("=", "conformance matrix (implementation x device x clause)")
         for line in render_terminal(self.data):
             tr.write_line(line)
+        if self.data["interleavings"]:
+            explored = ", ".join(f"{impl} {count}" for impl, count in self.data["interleavings"].items())
+            tr.write_line(f"interleavings explored: {explored}")
         stale = self.data["stale_expected_failures"]
         if stale:
             tr.write_sep("-", f"{len(stale)} stale expected failure(s): they match no collected test", yellow=True)

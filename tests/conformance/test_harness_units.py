@@ -249,3 +249,20 @@ def test_adapters_md_example_is_a_working_adapter(tmp_path):
     finally:
         cache.close()
     assert not [t for t in cache.threads() if t.is_alive()]
+
+
+def test_matrix_recorder_sums_explored_interleavings_per_implementation():
+    from _pytest.reports import TestReport
+
+    from conformance.report import INTERLEAVINGS_KEY, MatrixRecorder, item_properties
+
+    recorder = MatrixRecorder(adapter_names=["a", "b"], device_ids=lambda: ["cpu"], expectations=None,
+                              clause_titles={"S1": "x"}, report_path=None)
+
+    def report(nodeid, impl, count, when="call"):
+        props = [*item_properties(impl, "cpu", ["S1"]), (INTERLEAVINGS_KEY, count)]
+        return TestReport(nodeid, ("f.py", 1, nodeid), {}, "passed", None, when, user_properties=props)
+
+    for rep in (report("t1", "a", 8), report("t2", "a", 52), report("t3", "b", 16), report("t3", "b", 16, when="teardown")):
+        recorder.pytest_runtest_logreport(rep)
+    assert recorder.interleavings == {"a": 60, "b": 16}
