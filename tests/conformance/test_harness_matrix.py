@@ -202,7 +202,7 @@ def test_matrix_marks_each_status(single):
 
 def test_report_has_the_schema(single):
     _, data, markdown = single
-    assert list(data) == ["target", "matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered"]
+    assert list(data) == ["target", "matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered", "interleavings"]
     target = data["target"]
     assert set(target) == {"device_kinds", "devices", "torch", "python", "suite_commit", "platform"}
     assert target["device_kinds"] == ["cpu"]  # no GPU visible in these runs
