@@ -112,7 +112,7 @@ class HiMambaRadixCache(HierarchicalCache):
         Otherwise the deepest device node with a device state ends it.
         """
         full = super().match_prefix(tokens)
-        path = _path_to(full.host_node, self.tree.root)
+        path = self.tree.path_to(full.host_node)
         end = None
         for node in reversed(path):
             ref = self.states(node).get(MAMBA)
@@ -127,7 +127,7 @@ class HiMambaRadixCache(HierarchicalCache):
         self._touch_states(end)
         if end is full.host_node:
             return full
-        depth = _depth_of(end)
+        depth = self.tree.depth(end)
         if end.value is not None:  # the usable end is on the device: no host hit left
             return MatchResult(
                 device_slots=full.device_slots[:depth],
@@ -262,21 +262,3 @@ class HiMambaRadixCache(HierarchicalCache):
             super()._load_back_states(last)
         finally:
             self.tree.unlock(last)
-
-
-def _path_to(node: TreeNode, root: TreeNode) -> list[TreeNode]:
-    """Nodes from just below the root down to `node` (empty for the root)."""
-    path = []
-    while node is not root:
-        path.append(node)
-        node = node.parent
-    path.reverse()
-    return path
-
-
-def _depth_of(node: TreeNode) -> int:
-    depth = 0
-    while node.parent is not None:
-        depth += len(node.key)
-        node = node.parent
-    return depth

@@ -85,7 +85,7 @@ class UnifiedRadixCache(HierarchicalCache):
 
     def match_prefix(self, tokens: Sequence[int]) -> MatchResult:
         full = super().match_prefix(tokens)
-        path = _path_to(full.host_node, self.tree.root)
+        path = self.tree.path_to(full.host_node)
         end_index = len(path)
         while end_index and not all(c.accepts_match_end(path[end_index - 1]) for c in self.components.values()):
             end_index -= 1
@@ -122,14 +122,14 @@ class UnifiedRadixCache(HierarchicalCache):
 
     def insert(self, tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None) -> InsertResult:
         result = super().insert(tokens, device_slots, states=states)
-        for node in _path_to(result.node, self.tree.root):
+        for node in self.tree.path_to(result.node):
             for component in self.components.values():
                 component.on_insert(node)
         return result
 
     def _insert_prefetched(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
         node = super()._insert_prefetched(op, progress, pages, attach)
-        for n in _path_to(node, self.tree.root):
+        for n in self.tree.path_to(node):
             for component in self.components.values():
                 component.on_insert(n)
         return node
@@ -241,13 +241,3 @@ class UnifiedRadixCache(HierarchicalCache):
             if self.can_terminate_prefetch(op):
                 committed[rid] = self._commit_prefetch(op, step)
         return committed
-
-
-def _path_to(node: TreeNode, root: TreeNode) -> list[TreeNode]:
-    """Nodes from the root's child down to `node` (empty for the root)."""
-    path = []
-    while node is not root:
-        path.append(node)
-        node = node.parent
-    path.reverse()
-    return path

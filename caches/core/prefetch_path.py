@@ -38,7 +38,7 @@ class PrefetchPath:
         tokens = [int(t) for t in tokens]
         ps = self.page_size
         node = self.tree.match_prefix(tokens).deepest_backed_up_node
-        start = _depth(node)
+        start = self.tree.depth(node)
         pages = (len(tokens) - start) // ps
         pages = min(pages, (self.config.prefetch_capacity_tokens - self.prefetch_tokens_occupied) // ps)
         # Host slots up front; a shortfall shrinks the prefetch to what fits.
@@ -198,10 +198,3 @@ class PrefetchPath:
         self.ongoing_prefetch.pop(op.request_id, None)
         self.prefetch_tokens_occupied -= len(op.tokens)
 
-
-def _depth(node: TreeNode) -> int:
-    depth = 0
-    while node.parent is not None:
-        depth += len(node.key)
-        node = node.parent
-    return depth

@@ -232,6 +232,24 @@ class RadixTree:
                 yield node
             stack.extend(reversed(node.children.values()))
 
+    def path_to(self, node: TreeNode) -> list[TreeNode]:
+        """Nodes from just below the root down to ``node`` (empty for the root)."""
+        path = []
+        while node is not self.root:
+            path.append(node)
+            node = node.parent
+        path.reverse()
+        return path
+
+    @staticmethod
+    def depth(node: TreeNode) -> int:
+        """Tokens from the root to the end of ``node``."""
+        tokens = 0
+        while node.parent is not None:
+            tokens += len(node.key)
+            node = node.parent
+        return tokens
+
     # -- lookup --------------------------------------------------------------
 
     def match_prefix(self, tokens: Tokens) -> MatchResult:
@@ -521,14 +539,7 @@ class RadixTree:
                 and (can_evict is None or can_evict(node))
             )
 
-        heap = [
-            (node.last_access, node.id, node) for node in self.iter_nodes() if evictable(node)
-        ]
-        heapq.heapify(heap)
-        evicted = 0
-        while evicted < num_tokens and heap:
-            _, _, node = heapq.heappop(heap)
-            parent = node.parent
+        def take(node: TreeNode) -> None:
             if node.host_value is not None:
                 on_demote(node)
                 node.value = None
@@ -540,10 +551,8 @@ class RadixTree:
                 on_delete(node)
                 self._detach(node)
             self._device_tokens -= len(node.key)
-            evicted += len(node.key)
-            if evictable(parent):
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
-        return evicted
+
+        return self._evict_lru(num_tokens, evictable, take)
 
     def evict_host(
         self,
@@ -571,17 +580,25 @@ class RadixTree:
                 and (can_evict is None or can_evict(node))
             )
 
-        heap = [
-            (node.last_access, node.id, node) for node in self.iter_nodes() if evictable(node)
-        ]
+        def take(node: TreeNode) -> None:
+            on_delete(node)
+            self._detach(node)
+            self._host_tokens -= len(node.key)
+
+        return self._evict_lru(num_tokens, evictable, take)
+
+    def _evict_lru(self, num_tokens: int, evictable: NodePredicate, take: NodeCallback) -> int:
+        """Take evictable nodes, least recently used first, until num_tokens are gone.
+
+        A parent becomes a candidate once taking its last child makes it evictable.
+        """
+        heap = [(node.last_access, node.id, node) for node in self.iter_nodes() if evictable(node)]
         heapq.heapify(heap)
         evicted = 0
         while evicted < num_tokens and heap:
             _, _, node = heapq.heappop(heap)
             parent = node.parent
-            on_delete(node)
-            self._detach(node)
-            self._host_tokens -= len(node.key)
+            take(node)
             evicted += len(node.key)
             if evictable(parent):
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))

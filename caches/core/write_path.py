@@ -105,13 +105,10 @@ class WritePath:
 
     def match_prefix(self: "HierarchicalCache", tokens: Sequence[int]) -> MatchResult:
         result = self.tree.match_prefix(tokens)
-        path = []
-        node = result.device_node
-        while node is not self.tree.root:
+        path = self.tree.path_to(result.device_node)
+        for node in path:
             node.hit_count += 1
-            path.append(node)
-            node = node.parent
-        self._back_up_by_policy(list(reversed(path)))
+        self._back_up_by_policy(path)
         return result
 
     def _new_state_ref(self: "HierarchicalCache") -> StateRef:

@@ -34,6 +34,7 @@ from conformance.adapter import CacheEnv
 from conformance.gates import GateTimeout, InjectedFault
 from conformance.multirank.launch import CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
+from conformance.scenarios import assert_loaded_writes
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
@@ -396,7 +397,7 @@ class CacheHandle:
         error = None
         try:
             if loaded.tokens:
-                _compare_loaded(self.cache, loaded, writes)
+                assert_loaded_writes(self.cache, loaded, writes)
         except AssertionError as exc:
             error = str(exc)
         self.ctx.result.loads.append(LoadRecord(self.index, op, loaded.tokens, error))
@@ -425,25 +426,6 @@ class CacheHandle:
                 self.ctx.result.leaks.append(f"cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
         self.cache.close()
         self.ctx.result.leftover_threads += [t.name for t in self.cache.threads() if t.is_alive()]
-
-
-def _compare_loaded(cache, loaded, writes: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
-    longest = writes[max(writes)]
-    for name, pool in cache.pools.items():
-        if pool.unit == "state":
-            if name not in loaded.data:
-                continue
-            if loaded.tokens not in writes:
-                raise AssertionError(f"pool {name}: a state was loaded for {loaded.tokens} tokens, but states were written only at {sorted(writes)}")
-            want = writes[loaded.tokens][name]
-            if not torch.equal(loaded.data[name].view(torch.uint8), want.view(torch.uint8)):
-                raise AssertionError(f"pool {name}: loaded state bytes differ from the stored state at {loaded.tokens} tokens")
-            continue
-        got = loaded.data[name][: loaded.tokens]
-        want = longest[name][: loaded.tokens]
-        if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
-            rows = [i for i in range(loaded.tokens) if not torch.equal(got[i].view(torch.uint8), want[i].view(torch.uint8))]
-            raise AssertionError(f"pool {name}: loaded bytes differ from stored bytes at token rows {rows[:8]}")
 
 
 class RankContext:
