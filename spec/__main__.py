@@ -1,4 +1,4 @@
-"""`python -m spec`: print the decision table; `python -m spec doc --write|--check`."""
+"""`python -m spec`: print the decision table; `clauses`, `clause ID`, `doc --write|--check`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table", help="print the decision table (the default)")
     t.add_argument("--page-size", type=int, default=doc.TABLE_PAGE_SIZE)
     sub.add_parser("clauses", help="list clause IDs and titles")
+    one = sub.add_parser("clause", help="print one clause: statement, rationale, upstream note and evidence")
+    one.add_argument("id", help="a clause ID, e.g. D3")
     d = sub.add_parser("doc", help="regenerate or check spec/SPEC.md")
     mode = d.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite spec/SPEC.md")
@@ -30,6 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "clauses":
         for c in CATALOGUE.values():
             print(f"{c.id}\t{c.title}")
+        return 0
+    if args.command == "clause":
+        try:
+            sys.stdout.write(doc.render_clause(args.id.upper()))
+        except ValueError as exc:
+            print(f"python -m spec clause: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.write:
         doc.write()

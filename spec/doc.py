@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec import table
-from spec.clauses import CATALOGUE, GROUPS, WINDOWS
+from spec.clauses import CATALOGUE, GROUPS, WINDOWS, clause
 from spec.config import DEFAULT_TIMEOUT_BASE_S, DEFAULT_TIMEOUT_MAX_S, DEFAULT_TIMEOUT_PER_KI_TOKEN_S
-from spec.decision import EXAMPLE_HIT_PAGES
+from spec.decision import EXAMPLE_HIT_PAGES, completion_level, pool_state
+from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations
 from spec.trace import EVENT_FIELDS, IO_DIRECTIONS
 
 DOC_PATH = Path(__file__).with_name("SPEC.md")
@@ -48,16 +49,35 @@ def render() -> str:
         for c in CATALOGUE.values():
             if c.group != group:
                 continue
+            add(f'<a id="{c.id}"></a>\n')
             add(f"#### {c.id}. {c.title}\n")
             add(f"{c.statement}\n")
             add(f"- Why: {c.rationale}")
-            add(f"- Upstream ({c.stance.value}): {c.upstream}\n")
+            if c.requires:
+                add(f"- Requires: {', '.join(c.requires)}")
+            add(f"- Upstream ({c.stance.value}): {c.upstream}")
+            add(f"- Evidence: {'; '.join(c.evidence)}\n")
     add("## Windows upstream leaves open, and how the spec closes them\n")
     add("| ID | Window | Upstream | Closed by | How |")
     add("|---|---|---|---|---|")
     for w in WINDOWS:
         add(f"| {w.id} | {w.title} | {w.upstream} | {', '.join(w.closed_by)} | {w.how} |")
     add("")
+    add("## Where upstream's decision differs\n")
+    add(
+        "spec/upstream.py models the two shapes upstream's extra-pool guard has had. These are every "
+        "decision-table row (page size 4) whose local vote upstream casts differently; a conformance run "
+        "of upstream's real decision code must deviate in exactly these rows.\n"
+    )
+    for shape in GuardShape:
+        add(f"### {shape.value}: fails {', '.join(DEVIATION_CLAUSES[shape])}\n")
+        add("| policy | KV done | timed out | pool transfers | terminated | clause | spec vote | upstream vote | spec decision | upstream decision |")
+        add("|---|---|---|---|---|---|---|---|---|---|")
+        for d in deviations(shape, TABLE_PAGE_SIZE):
+            s = d.state
+            add(f"| {s.policy.value} | {completion_level(s)} | {_yes_no(s.timed_out)} | {pool_state(s)} | {_yes_no(s.terminated)} "
+                f"| {d.clause} | {_yes_no(d.spec_vote)} | {_yes_no(d.upstream_vote)} | {_stop(d.spec_decision)} | {_stop(d.upstream_decision)} |")
+        add("")
     add("## Decision table\n")
     add(
         f"Every combination of the decision's inputs, with page size {TABLE_PAGE_SIZE} and "
@@ -80,6 +100,25 @@ def render() -> str:
         add(f"| `{kind.value}` | {fields} | {meaning} |")
     add("")
     return "\n".join(out)
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _stop(flag: bool) -> str:
+    return "terminate" if flag else "wait"
+
+
+def render_clause(clause_id: str) -> str:
+    """One clause as plain text, for `python -m spec clause ID`."""
+    c = clause(clause_id)
+    lines = [f"{c.id}. {c.title} ({GROUPS[c.group]})", "", c.statement, "", f"Why: {c.rationale}"]
+    if c.requires:
+        lines.append(f"Requires: {', '.join(c.requires)}")
+    lines += [f"Upstream ({c.stance.value}): {c.upstream}", "Evidence:"]
+    lines += [f"  - {e}" for e in c.evidence]
+    return "\n".join(lines) + "\n"
 
 
 def is_stale(path: Path = DOC_PATH) -> bool:
