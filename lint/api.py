@@ -13,8 +13,8 @@ from lint import suppress
 from lint.config import Config
 from lint.findings import FileError, Finding
 from lint.locate import MethodSite, find_method, find_methods
-from lint.model import MethodAnalysis
-from lint.rules import ALL_RULES, GroupRule, MethodRule
+from lint.analysis import MethodAnalysis, analyze_method
+from lint.rules import ALL_RULES, FIXABLE_CODES, GroupRule, MethodRule
 from lint.source import (
     Candidate,
     SourceFile,
@@ -28,9 +28,6 @@ from lint.source import (
     read,
 )
 from lint.unit import ParsedMethod, WholeModule, parse_in_module, parse_snippet
-
-FIXABLE = {"HC101", "HC102", "HC103"}
-
 
 @dataclass
 class Result:
@@ -84,7 +81,7 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config,
         return FileError(source.display, f"libcst cannot parse this file: {exc.message}")
     except _Unparsable as exc:
         return FileError(source.display, str(exc))
-    methods = [MethodAnalysis(p, source.display, config.reduce_calls, source.lines) for p in parsed]
+    methods = [analyze_method(p, source.display, config.reduce_calls, source.lines) for p in parsed]
     return FileAnalysis(source, methods)
 
 
@@ -113,7 +110,7 @@ def _fix_file(analysis: FileAnalysis, config: Config) -> tuple[Optional[str], li
         live = suppress.apply(method_findings(method, config),
                               [(method.path, method.site, analysis.source.lines)], config)
         codes = {f.code for f in live if f.fixable}
-        if codes & FIXABLE:
+        if codes & FIXABLE_CODES:
             todo.append((method, codes))
     if not todo:
         return None, []

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Iterator, Optional
 
 import libcst as cst
+import libcst.matchers as m
 
 POLICIES = ("best_effort", "wait_complete", "timeout")
 VOTING_POLICIES = frozenset({"wait_complete", "timeout"})
@@ -158,6 +159,15 @@ def strip_casts(node: cst.BaseExpression) -> cst.BaseExpression:
     ):
         node = node.args[0].value
     return node
+
+
+def one_minus(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`x` for `1 - x` (casts around either side stripped), else None."""
+    node = strip_casts(node)
+    if m.matches(node, m.BinaryOperation(left=m.Integer("1"), operator=m.Subtract())):
+        assert isinstance(node, cst.BinaryOperation)
+        return strip_casts(node.right)
+    return None
 
 
 def or_operands(node: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:

@@ -16,7 +16,7 @@ from typing import Optional
 import libcst as cst
 
 from lint.cstutil import dotted_name, is_false_constant, policy_test, walk
-from lint.model import Guard, MethodAnalysis, StmtRec
+from lint.analysis import Guard, MethodAnalysis, StmtRec
 from lint.unit import ParsedMethod, reindent
 
 GUARD_COMMENT = "# KV alone is not complete while extra-pool transfers still run."
@@ -39,7 +39,7 @@ def _predicate(method: MethodAnalysis) -> Optional[str]:
 
 def _plain_bindings(method: MethodAnalysis, name: str) -> list[StmtRec]:
     return [
-        r for r in method.bindings.get(name, [])
+        r for r in method.body.bindings.get(name, [])
         if not any(r is g.rec or r.inside(g.rec.node) for g in method.guards)
     ]
 
@@ -51,7 +51,7 @@ def _anchor(method: MethodAnalysis, predicate: str) -> Optional[StmtRec]:
     if not binds:
         return None
     current = max(binds, key=lambda r: r.line)
-    rec_of = {id(r.node): r for r in method.recs}
+    rec_of = {id(r.node): r for r in method.body.recs}
     while current.ctx:
         ancestor, _ = current.ctx[-1]
         if isinstance(ancestor, cst.If) and policy_test(ancestor.test) is not None:

@@ -8,12 +8,11 @@ from pathlib import Path, PurePath
 from typing import Callable, TextIO
 
 from lint.api import Result
-from lint.rules import ALL_RULES, RULES_BY_CODE
+from lint.rules import ALL_RULES, RULES_BY_CODE, level_of
 
 FORMATS = ("text", "json", "github", "sarif")
 TOOL = "hicache-lint"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-LEVELS = {"HC105": "warning"}
 
 
 def _version() -> str:
@@ -90,8 +89,8 @@ def sarif_document(result: Result) -> dict:
             "id": rule.code,
             "name": rule.name,
             "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": " ".join((rule.__doc__ or rule.summary).split())},
-            "defaultConfiguration": {"level": LEVELS.get(rule.code, "error")},
+            "fullDescription": {"text": rule.help()},
+            "defaultConfiguration": {"level": rule.level},
             "properties": {"fixable": rule.fixable},
         }
         for rule in ALL_RULES
@@ -101,7 +100,7 @@ def sarif_document(result: Result) -> dict:
         {
             "ruleId": f.code,
             "ruleIndex": index[f.code],
-            "level": LEVELS.get(f.code, "error"),
+            "level": level_of(f.code),
             "message": {"text": f.message},
             "locations": [
                 {

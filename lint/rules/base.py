@@ -1,5 +1,6 @@
-"""Rule base classes. Every rule carries VALID and INVALID example modules that
-the test suite lints (tests/lint/test_rule_examples.py)."""
+"""Rule base classes. A rule owns its code, name, summary, level, fixability,
+suppressibility, help text (its docstring) and its VALID / INVALID examples,
+which the test suite lints (tests/lint/test_rule_examples.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Optional
 from lint.findings import Finding
 
 if TYPE_CHECKING:
-    from lint.model import MethodAnalysis
+    from lint.analysis import MethodAnalysis
+
+ERROR = "error"  # fails the run (exit 1)
+WARNING = "warning"  # reported; exit 0 unless the configuration fails on warnings
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,15 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
+    level: ClassVar[str] = ERROR
     fixable: ClassVar[bool] = False
+    suppressible: ClassVar[bool] = True
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    @classmethod
+    def help(cls) -> str:
+        return " ".join((cls.__doc__ or cls.summary).split())
 
     @classmethod
     def finding(cls, method: "MethodAnalysis", line: int, col: int, message: str,
@@ -57,3 +67,5 @@ class GroupRule(Rule):
 
 class SuppressionRule(Rule):
     """Reported by lint.suppress while applying suppression comments."""
+
+    suppressible = False

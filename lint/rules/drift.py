@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import FEATURE_NAMES, MethodAnalysis
+from lint.analysis import FEATURE_NAMES, MethodAnalysis
 from lint.rules.base import GroupRule, Invalid
 
 ALIGNED = '''

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import MethodAnalysis
+from lint.analysis import MethodAnalysis
 from lint.rules.base import Invalid, MethodRule
 from lint.rules.guard_missing import GUARDED
 

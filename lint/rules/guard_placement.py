@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import MethodAnalysis
+from lint.analysis import MethodAnalysis
 from lint.rules.base import Invalid, MethodRule
 from lint.rules.guard_missing import GUARDED
 
@@ -160,9 +160,9 @@ class Cache:
         guard = method.guard
         if guard is None or not guard.problems:
             return
-        kind, message, _ = guard.problems[0]
+        problem = guard.problems[0]
         yield self.finding(
             method, guard.line, guard.col,
-            f"ineffective pool_transfers_done guard in {method.qualname}: {message}",
-            fixable=kind != "bypass" and can_relocate_guard(method),
+            f"ineffective pool_transfers_done guard in {method.qualname}: {problem.message}",
+            fixable=problem.kind != "bypass" and can_relocate_guard(method),
         )

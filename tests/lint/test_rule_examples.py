@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lint.api import fix_source, lint_source
-from lint.rules import ALL_RULES, RULES_BY_CODE, RULES_BY_NAME
-
-FIXABLE_CODES = {"HC101", "HC102", "HC103"}
+from lint.rules import ALL_RULES, FIXABLE_CODES, RULES_BY_CODE, RULES_BY_NAME
 
 VALID = [
     pytest.param(rule, i, id=f"{rule.code}-valid-{i}")
@@ -31,6 +29,7 @@ def test_codes_are_stable_and_documented():
     for rule in ALL_RULES:
         assert rule.code in text and rule.name in text
         assert rule.summary and rule.__doc__
+        assert rule.level in ("error", "warning")
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
