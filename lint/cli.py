@@ -70,6 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     WRITERS[args.format](result, sys.stdout)
     for note in result.fixed:
         print(f"fixed: {note}", file=sys.stderr)
+    for note in result.declined:
+        print(note, file=sys.stderr)
     for error in result.errors:
         print(str(error), file=sys.stderr)
     sys.stdout.flush()

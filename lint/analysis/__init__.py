@@ -21,10 +21,11 @@ from typing import Optional, Sequence
 from lint.analysis import roles as roles_pass
 from lint.analysis import shape
 from lint.analysis.body import Body, StmtRec, walk_body
-from lint.analysis.guard import Guard, best_guard, find_guards
+from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks
 from lint.analysis.reduce import ReduceSite, find_reduce, parse_reduce_calls
 from lint.analysis.roles import Roles
 from lint.analysis.shape import FEATURE_NAMES, Feature
+from lint.config import Implementation
 from lint.locate import MethodSite
 from lint.unit import ParsedMethod
 
@@ -45,8 +46,16 @@ class MethodAnalysis:
     reduce: Optional[ReduceSite]
     guards: list[Guard]
     guard: Optional[Guard]
+    inert_checks: list[int]  # lines of done checks that force nothing to no
     policies: dict[str, int]
     features: dict[str, Feature]
+    # the configured implementation this method is, set by the linter
+    implementation: Optional[Implementation] = None
+
+    @property
+    def guard_in_decision(self) -> bool:
+        """False when the configuration puts the check in the commit path instead."""
+        return self.implementation is None or self.implementation.guard == "decision"
 
     @property
     def site(self) -> MethodSite:
@@ -115,4 +124,5 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
         def_line, policies, guard, shape.find_combine(body, roles, reduce, def_line), reduce,
         shape.payload(reduce, roles), shape.find_timeout_cap(body, parsed.site.index, def_line))
     return MethodAnalysis(parsed, path, lines or [], roles_pass.skip_reason(func, parsed.site.method),
-                          body, roles, reduce, guards, guard, policies, feats)
+                          body, roles, reduce, guards, guard, find_inert_checks(body, roles, guards),
+                          policies, feats)

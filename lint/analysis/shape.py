@@ -15,7 +15,7 @@ from typing import Optional
 import libcst as cst
 
 from lint.analysis.body import Body, covered, single_target
-from lint.analysis.guard import PLACEMENT_LABELS, Guard
+from lint.analysis.guard import COMPLETION, PLACEMENT_LABELS, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED, Guard
 from lint.analysis.reduce import ReduceSite
 from lint.analysis.roles import Roles
 from lint.cstutil import POLICIES, attributes_named, names_read, one_minus, or_operands, policy_test, strip_casts, walk
@@ -24,9 +24,10 @@ from lint.locate import ClassIndex, ast_has_min_cap
 _BUILTINS = frozenset(dir(builtins))
 
 KEY_LABELS = {
-    "predicate": "completion predicate",
-    "vote": "the vote",
-    "none": "transfer state only",
+    COMPLETION: "completion predicate",
+    VOTE_FORCING: "the vote, on completion",
+    VOTE_KEYED: "the vote",
+    TRANSFERS_ONLY: "transfer state only",
 }
 FEATURE_NAMES = (
     "policies",
@@ -232,7 +233,7 @@ def features(def_line: int, policies: dict[str, int], guard: Optional[Guard], co
         feats["guard-placement"] = Feature(None, def_line)
     else:
         feats["guard"] = Feature("present", guard.line)
-        feats["guard-key"] = Feature(KEY_LABELS.get(guard.key_kind, f"local '{guard.key}'"), guard.line)
+        feats["guard-key"] = Feature(KEY_LABELS.get(guard.shape, f"local '{guard.target}'"), guard.line)
         if guard.problems:
             problem = guard.problems[0]
             feats["guard-placement"] = Feature(PLACEMENT_LABELS[problem.kind], problem.line)

@@ -4,11 +4,12 @@ stable; see lint/README.md."""
 
 from __future__ import annotations
 
-from lint.rules.base import ERROR, WARNING, GroupRule, Invalid, MethodRule, Rule, SuppressionRule
+from lint.rules.base import ERROR, WARNING, GroupRule, Invalid, MethodRule, Rule, SuppressionRule, Valid
 from lint.rules.drift import AlignmentDrift
 from lint.rules.guard_key import GuardKey
 from lint.rules.guard_missing import GuardMissing
 from lint.rules.guard_placement import GuardPlacement
+from lint.rules.guard_upstream import VoteForcingGuard
 from lint.rules.suppressions import InvalidSuppression, UnusedSuppression
 
 ALL_RULES: tuple[type[Rule], ...] = (
@@ -18,6 +19,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     AlignmentDrift,
     UnusedSuppression,
     InvalidSuppression,
+    VoteForcingGuard,
 )
 RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}
 RULES_BY_NAME = {rule.name: rule for rule in ALL_RULES}
@@ -42,5 +44,6 @@ __all__ = [
     "MethodRule",
     "Rule",
     "SuppressionRule",
+    "Valid",
     "level_of",
 ]

@@ -5,7 +5,7 @@ which the test suite lints (tests/lint/test_rule_examples.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Union
 
 from lint.findings import Finding
 
@@ -16,18 +16,39 @@ ERROR = "error"  # fails the run (exit 1)
 WARNING = "warning"  # reported; exit 0 unless the configuration fails on warnings
 
 
+Table = dict[str, Any]  # a [tool.hicache-lint] table; examples are linted as "example.py"
+EXAMPLE_PATH = "example.py"
+
+
+@dataclass(frozen=True)
+class Valid:
+    """An example that must not produce this rule's code (under `config`)."""
+
+    code: str
+    config: Optional[Table] = None
+
+
 @dataclass(frozen=True)
 class Invalid:
     """An example that must produce this rule's code.
 
-    line: expected line of the finding; fixed: expected source after `--fix`;
-    message: a fragment the message must contain.
+    line: expected line of the finding; fixed: expected source after `--fix`
+    (None: not checked; equal to `code`: the fix must change nothing);
+    message: a fragment the message must contain; config: the table it is
+    linted under.
     """
 
     code: str
     line: Optional[int] = None
     fixed: Optional[str] = None
     message: Optional[str] = None
+    config: Optional[Table] = None
+
+
+def fenced(*classes: str, method: str = "can_terminate_prefetch") -> Table:
+    """Configuration declaring these example classes fenced (F3 and F5 hold)."""
+    return {"implementations": [
+        {"method": f"{EXAMPLE_PATH}::{cls}.{method}", "fenced": True} for cls in classes]}
 
 
 class Rule:
@@ -37,7 +58,7 @@ class Rule:
     level: ClassVar[str] = ERROR
     fixable: ClassVar[bool] = False
     suppressible: ClassVar[bool] = True
-    VALID: ClassVar[tuple[str, ...]] = ()
+    VALID: ClassVar[tuple[Union[str, Valid], ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lint.rules.base import WARNING, Invalid, SuppressionRule
+from lint.rules.base import Invalid, SuppressionRule
 
 _UNGUARDED_BODY = '''        completed = op.completed_tokens == len(op.hash_value) * self.page_size
         return completed
@@ -21,7 +21,6 @@ class UnusedSuppression(SuppressionRule):
 
     code = "HC105"
     name = "unused-suppression"
-    level = WARNING
     summary = "suppression comment silences no finding"
 
     VALID = (

@@ -24,7 +24,7 @@ GUARDLESS = (
 
 @pytest.fixture
 def tree(tmp_path, samples) -> Path:
-    shutil.copy(samples / "hiradix_upstream.py.txt", tmp_path / "good.py")
+    shutil.copy(samples / "spellings.py.txt", tmp_path / "good.py")
     (tmp_path / "bad.py").write_text(GUARDLESS)
     return tmp_path
 
@@ -119,7 +119,7 @@ def test_usage_errors(run_cli, tmp_path):
 def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106"]
+    assert [line.split()[0] for line in out] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107"]
 
 
 def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
