@@ -16,13 +16,15 @@ __all__ = ["FileAnalysis", "Linter", "Result", "fix_source", "lint_paths", "lint
 
 
 def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = None, *,
-               fix: bool = False, skip_empty: bool = False, diff: bool = False) -> Result:
+               fix: bool = False, skip_empty: bool = False, diff: bool = False,
+               fixability: bool = False) -> Result:
     """Lint files and directories (recursed for *.py).
 
     fix: write fixes; diff: compute them as a unified diff and write nothing;
-    skip_empty: skip empty files named explicitly instead of reporting them.
+    skip_empty: skip empty files named explicitly instead of reporting them;
+    fixability: mark each finding fixable or not (a re-lint of each planned fix).
     """
-    linter = Linter(config or Config(), fix=fix, skip_empty=skip_empty, diff=diff)
+    linter = Linter(config or Config(), fix=fix, skip_empty=skip_empty, diff=diff, fixability=fixability)
     candidates, errors = discover(str(p) for p in paths)
     linter.result.errors.extend(errors)
     for candidate in candidates:
@@ -30,9 +32,9 @@ def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = Non
     return linter.finish()
 
 
-def lint_repo(config: Config, *, fix: bool = False, diff: bool = False) -> Result:
+def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixability: bool = False) -> Result:
     """Lint the configured implementations; drift is compared among them only."""
-    linter = Linter(config, fix=fix, diff=diff)
+    linter = Linter(config, fix=fix, diff=diff, fixability=fixability)
     if not config.implementations:
         where = display_path(config.source) if config.source else "pyproject.toml"
         linter.result.errors.append(FileError(

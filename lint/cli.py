@@ -46,9 +46,10 @@ def _run(args: argparse.Namespace) -> Result:
         config = config_mod.load_file(args.config)
     else:
         config = config_mod.discover()
+    fixability = args.format in ("json", "sarif")  # only the machine formats carry it
     if args.repo:
-        return lint_repo(config, fix=args.fix)
-    return lint_paths(args.paths, config, fix=args.fix, skip_empty=args.skip_empty)
+        return lint_repo(config, fix=args.fix, fixability=fixability)
+    return lint_paths(args.paths, config, fix=args.fix, skip_empty=args.skip_empty, fixability=fixability)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -40,12 +40,11 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+FALSE = m.Name("False") | m.Integer("0")
+
+
 def is_false_constant(node: Optional[cst.CSTNode]) -> bool:
-    if isinstance(node, cst.Name):
-        return node.value == "False"
-    if isinstance(node, cst.Integer):
-        return node.value == "0"
-    return False
+    return node is not None and m.matches(node, FALSE)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

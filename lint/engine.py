@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lint import suppress
 from lint.analysis import MethodAnalysis, analyze_method
 from lint.config import Config
 from lint.findings import FileError, Finding
 from lint.fix import Edits, Fixer, fix_text
+from lint.fix.edits import apply
 from lint.fix.spelling import Evidence, Kind, Read, file_reads, tree_reads
 from lint.locate import MethodSite, find_methods
 from lint.rules import ALL_RULES, ERROR, FIXABLE_CODES, GroupRule, MethodRule, level_of
@@ -120,8 +122,10 @@ class Linter:
     """Collects per-file analyses; `finish` fixes, runs group rules and suppressions."""
 
     def __init__(self, config: Config, fix: bool = False, extra_methods: Iterable[str] = (),
-                 skip_empty: bool = False, diff: bool = False) -> None:
+                 skip_empty: bool = False, diff: bool = False, fixability: bool = True) -> None:
         self.config = config
+        # whether findings say if --fix would fix them (a planned fix, re-linted); costs a re-lint
+        self.fixability = fixability
         self.fix = fix or diff
         self.write = fix and not diff
         self.skip_empty = skip_empty
@@ -131,6 +135,8 @@ class Linter:
         self.method_names = frozenset(names)
         self.needles = [n.encode() for n in sorted(names)]
         self.seen: list[Path] = []  # every file read, for fix evidence beyond the linted methods
+        self._run_reads_cache: Optional[dict[Kind, list[Read]]] = None
+        self._configured_reads_cache: Optional[dict[Kind, list[Read]]] = None
 
     # ------------------------------------------------------------- collecting
     def lint_text(self, text: str, display: str, sites: Optional[list[MethodSite]] = None,
@@ -190,32 +196,37 @@ class Linter:
         self.lint_text(source.text, candidate.display, path=candidate.path, source=source)
 
     # ------------------------------------------------------------------ fixes
-    def _evidence(self, analysis: FileAnalysis) -> Evidence:
-        def others() -> dict[Kind, list[Read]]:
+    def _run_reads(self) -> dict[Kind, list[Read]]:
+        """Pool-field reads in every file of the run (computed once)."""
+        if self._run_reads_cache is None:
             merged: dict[Kind, list[Read]] = {}
             parsed = {a.path for a in self.analyses}
-            for other in self.analyses:
-                if other is not analysis:
-                    for kind, reads in tree_reads(other.source.tree, other.source.lines).items():
-                        merged.setdefault(kind, []).extend(reads)
+            for analysis in self.analyses:
+                for kind, reads in tree_reads(analysis.source.tree, analysis.source.lines).items():
+                    merged.setdefault(kind, []).extend(reads)
             for path in self.seen:
                 if path not in parsed:
                     for kind, reads in file_reads(path).items():
                         merged.setdefault(kind, []).extend(reads)
-            return merged
+            self._run_reads_cache = merged
+        return self._run_reads_cache
 
-        def configured() -> dict[Kind, list[Read]]:
+    def _configured_reads(self) -> dict[Kind, list[Read]]:
+        """Pool-field reads in the configured implementations' files (computed once)."""
+        if self._configured_reads_cache is None:
             merged: dict[Kind, list[Read]] = {}
             for path in sorted({self.config.root / i.path for i in self.config.implementations}):
                 for kind, reads in file_reads(path).items():
                     merged.setdefault(kind, []).extend(reads)
-            return merged
+            self._configured_reads_cache = merged
+        return self._configured_reads_cache
 
+    def _evidence(self, analysis: FileAnalysis) -> Evidence:
         source = analysis.source
         loaders: list[tuple[str, Callable[[], dict[Kind, list[Read]]]]] = [
             ("this file", lambda: tree_reads(source.tree, source.lines)),
-            ("the files linted with it", others),
-            ("the configured implementations", configured),
+            ("the files linted with it", self._run_reads),
+            ("the configured implementations", self._configured_reads),
         ]
         return Evidence(loaders)
 
@@ -351,16 +362,38 @@ class Linter:
             [(m.path, m.site, a.source.lines) for a in self.analyses for m in a.methods],
             self.config,
         )
-        self.result.findings = sorted(set(self._mark_fixable(findings)), key=Finding.sort_key)
+        if self.fixability:
+            findings = self._mark_fixable(findings)
+        self.result.findings = sorted(set(findings), key=Finding.sort_key)
         self.result.errors.sort(key=lambda e: (e.path, e.message))
         return self.result
+
+    def _fix_survives(self, method: MethodAnalysis, analysis: FileAnalysis, fixer: Fixer) -> bool:
+        """Whether this method's fix leaves no error behind (re-linting only the method)."""
+        parsed = method.parsed
+        live = [f for f in _live(method, analysis, self.config) if f.code in FIXABLE_CODES]
+        plan = fixer.plan(method, live, analysis.path or Path(analysis.source.display))
+        if not isinstance(plan, Edits) or plan.empty():
+            return False
+        if parsed.prefix is None:  # parsed with its whole module: re-lint the whole fixed file
+            got = self._fixed(analysis, fixer, record=False)
+            return got is not None and method.qualname in got[3]
+        module = apply(parsed.module, plan)
+        func = next(n for n in module.body if isinstance(n, cst.FunctionDef))
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        fixed = ParsedMethod(parsed.site, func, module, positions, parsed.line_offset, parsed.col_offset,
+                             parsed.prefix)
+        again = analyze_method(fixed, method.path, self.config.reduce_calls, method.lines)
+        again.implementation = method.implementation
+        return not any(f.code in FIXABLE_CODES and level_of(f.code) == ERROR
+                       for f in _live(again, analysis, self.config))
 
     def _mark_fixable(self, findings: list[Finding]) -> list[Finding]:
         """A finding is fixable when its fix is planned and survives the re-lint."""
         owners: dict[tuple[str, Optional[str]], tuple[MethodAnalysis, FileAnalysis]] = {
             (m.path, m.qualname): (m, a) for a in self.analyses for m in a.methods}
         fixers: dict[int, Fixer] = {}
-        verified: dict[int, set[str]] = {}
+        survives: dict[int, bool] = {}
         out: list[Finding] = []
         for finding in findings:
             owner = owners.get((finding.path, finding.method))
@@ -368,10 +401,9 @@ class Linter:
                 method, analysis = owner
                 fixer = fixers.setdefault(id(analysis), self._fixer_for(analysis))
                 plan = fixer.plan_one(method, finding, analysis.path or Path(analysis.source.display))
-                if id(analysis) not in verified and isinstance(plan, Edits):
-                    got = self._fixed(analysis, fixer, record=False)
-                    verified[id(analysis)] = got[3] if got else set()
-                if isinstance(plan, Edits) and not plan.empty() and method.qualname in verified[id(analysis)]:
+                if id(method) not in survives and isinstance(plan, Edits):
+                    survives[id(method)] = self._fix_survives(method, analysis, fixer)
+                if isinstance(plan, Edits) and not plan.empty() and survives[id(method)]:
                     finding = Finding(finding.path, finding.line, finding.col, finding.code, finding.message,
                                       finding.method, finding.method_line, True)
             out.append(finding)

@@ -19,6 +19,7 @@ from lint.analysis.roles import Roles, done_polarities
 from lint.cstutil import (
     POLICIES,
     VOTING_POLICIES,
+    FALSE,
     and_operands,
     is_false_constant,
     names_read,
@@ -188,9 +189,9 @@ class _Finder:
         targets: list[str] = []
         returns = False
         for small in smalls:
-            if m.matches(small, m.Return(value=_FALSE)):
+            if m.matches(small, m.Return(value=FALSE)):
                 returns = True
-            elif m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_FALSE)):
+            elif m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=FALSE)):
                 targets.append(single_target(small) or "")
             elif not isinstance(small, (cst.Pass, cst.Expr)):
                 return None
@@ -230,9 +231,6 @@ class _Finder:
         if target is None or not polarities or all(polarities):
             return None
         return self._make(rec, "augassign", target, self._condition([node.value]), _alone_in_block(rec))
-
-
-_FALSE = m.Name("False") | m.Integer("0")
 
 
 def _alone_in_block(rec: StmtRec) -> bool:

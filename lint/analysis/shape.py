@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
+import libcst.matchers as m
 
 from lint.analysis.body import Body, covered, single_target
 from lint.analysis.guard import COMPLETION, PLACEMENT_LABELS, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED, Guard
@@ -117,10 +118,6 @@ class _Classifier:
         return found
 
 
-def _is_true(node: Optional[cst.CSTNode]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
-
-
 def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], def_line: int) -> tuple[str, int]:
     classify = _Classifier(body, roles, reduce)
     vote = roles.vote
@@ -136,11 +133,12 @@ def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], def_lin
                 return combined, rec.line
             continue
         if isinstance(node, cst.If):
+            # `if <any rank terminated>: return True` (or `vote = True`)
+            sets_true = m.Return(value=m.Name("True"))
+            if vote is not None:
+                sets_true |= m.Assign(targets=[m.AssignTarget(m.Name(vote))], value=m.Name("True"))
             body_sets_true = any(
-                isinstance(s, cst.SimpleStatementLine) and any(
-                    (isinstance(x, cst.Return) and _is_true(x.value))
-                    or (isinstance(x, cst.Assign) and single_target(x) == vote and _is_true(x.value))
-                    for x in s.body)
+                m.matches(s, m.SimpleStatementLine(body=[m.ZeroOrMore(), sets_true, m.ZeroOrMore()]))
                 for s in node.body.body)
             if body_sets_true and classify(node.test) == {"terminated"}:
                 return combined, rec.line

@@ -108,12 +108,26 @@ def function_reads(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str
     return found
 
 
-def tree_reads(tree: ast.AST, lines: list[str]) -> dict[Kind, list[Read]]:
-    merged: dict[Kind, list[Read]] = {}
-    for node in ast.walk(tree):
+def _functions(body: list[ast.stmt]):
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for kind, reads in function_reads(node, lines).items():
-                merged.setdefault(kind, []).extend(reads)
+            yield node
+            yield from _functions(node.body)
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node.body)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            yield from _functions([c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)])
+
+
+def tree_reads(tree: ast.Module, lines: list[str]) -> dict[Kind, list[Read]]:
+    merged: dict[Kind, list[Read]] = {}
+    for func in _functions(tree.body):
+        # only functions whose text mentions a pool field are walked
+        text = lines[func.lineno - 1: func.end_lineno or func.lineno]
+        if not any(POOL_PREFIX in line for line in text):
+            continue
+        for kind, reads in function_reads(func, lines).items():
+            merged.setdefault(kind, []).extend(reads)
     return merged
 
 
@@ -181,6 +195,8 @@ def file_reads(path: Path) -> dict[Kind, list[Read]]:
     """Reads in a file on disk (a configured implementation); {} when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
+        if POOL_PREFIX not in text:
+            return {}
         tree = ast.parse(text)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return {}

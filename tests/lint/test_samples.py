@@ -57,7 +57,7 @@ def test_before_the_fix_only_hiradix_is_an_error():
 
 
 def test_after_the_fix_every_class_gets_one_warning():
-    result = lint_paths([UPSTREAM / n for n in AFTER_FIX])
+    result = lint_paths([UPSTREAM / n for n in AFTER_FIX], fixability=True)
     assert result.errors == []
     assert codes_by_class(result) == {
         "HiRadixCache": ["HC107"],
