@@ -82,7 +82,7 @@ class Config:
             return None
         try:
             resolved = path.resolve()
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop
             return None
         for impl in self.implementations:
             if impl.class_qualname == class_qualname and (self.root / impl.path).resolve() == resolved:

@@ -40,11 +40,14 @@ class Result:
     lines_seen: int = 0
     methods: int = 0
     fail_on_warnings: bool = False
+    exit_zero: bool = False  # findings never fail the run (--exit-zero); errors still do
 
     @property
     def exit_code(self) -> int:
         if self.errors:
             return 2
+        if self.exit_zero:
+            return 0
         failing = [f for f in self.findings if self.fail_on_warnings or level_of(f.code) == ERROR]
         return 1 if failing else 0
 

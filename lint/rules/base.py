@@ -58,6 +58,7 @@ class Rule:
     level: ClassVar[str] = ERROR
     fixable: ClassVar[bool] = False
     suppressible: ClassVar[bool] = True
+    clauses: ClassVar[tuple[str, ...]] = ()  # spec clauses the rule keeps (spec/SPEC.md)
     VALID: ClassVar[tuple[Union[str, Valid], ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -127,6 +127,7 @@ class AlignmentDrift(GroupRule):
     configured check lives in the commit path are not compared."""
 
     code = "HC104"
+    clauses = ("X1", "X2", "T1")
     name = "alignment-drift"
     summary = "termination methods linted together differ in normalized structure"
 

@@ -97,6 +97,7 @@ class GuardKey(MethodRule):
     comparable."""
 
     code = "HC102"
+    clauses = ("D3", "D5")
     name = "guard-key"
     summary = "guard is conditioned on the vote, the transfer state alone or another local, not on KV completion"
     fixable = True

@@ -125,6 +125,7 @@ class GuardMissing(MethodRule):
     the code already reads on that object; without such evidence it declines."""
 
     code = "HC101"
+    clauses = ("D3",)
     name = "guard-missing"
     summary = "termination method has no pool_transfers_done guard forcing the vote to no"
     fixable = True

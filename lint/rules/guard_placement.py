@@ -93,6 +93,7 @@ class GuardPlacement(MethodRule):
     ahead of a reduce makes this rank skip a collective its peers still run."""
 
     code = "HC103"
+    clauses = ("X3", "D3")
     name = "guard-placement"
     summary = "guard is placed where it cannot take effect (after the reduce, bypassed, or skipping the collective)"
     fixable = True

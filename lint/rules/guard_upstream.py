@@ -113,6 +113,7 @@ class VoteForcingGuard(MethodRule):
     for implementations configured with `fenced = true`."""
 
     code = "HC107"
+    clauses = ("D5", "D3")
     name = "vote-forcing-guard"
     summary = "guard forces the vote (upstream's form): under timeout the wait cannot end while pool IO is pending"
     level = WARNING
