@@ -17,6 +17,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from lint import suppress
 from lint.analysis import MethodAnalysis, analyze_method
+from lint.analysis.commit import analyze_commit
 from lint.config import Config
 from lint.findings import FileError, Finding
 from lint.fix import Edits, Fixer, fix_text
@@ -92,9 +93,26 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config,
     methods = []
     for unit in parsed:
         method = analyze_method(unit, source.display, config.reduce_calls, source.lines)
-        method.implementation = config.implementation_for(where, unit.site.class_qualname)
+        impl = config.implementation_for(where, unit.site.class_qualname)
+        method.implementation = impl
+        if impl is not None and impl.guard == "commit":
+            method.commit = analyze_commit(unit.site.index, impl.commit, impl.sidecar_fields)
         methods.append(method)
     return FileAnalysis(source, methods, path)
+
+
+def extra_sites(method: MethodAnalysis) -> list[MethodSite]:
+    """Sites of the commit methods checked with this method (for their suppression comments)."""
+    if method.commit is None:
+        return []
+    index, cls = method.site.index, method.site.class_qualname
+    sites = []
+    for name in method.commit.methods:
+        func = index.methods[name]
+        first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+        sites.append(MethodSite(cls, name, func.lineno, first, func.end_lineno or func.lineno,
+                                func.col_offset, index))
+    return sites
 
 
 def method_findings(method: MethodAnalysis, config: Config) -> list[Finding]:
@@ -163,6 +181,11 @@ class Linter:
         if isinstance(analysis, FileError):
             self.result.errors.append(analysis)
             return None
+        for method in analysis.methods:
+            if method.commit is not None and method.commit.missing:
+                self.result.errors.append(FileError(display, (
+                    f"implementation '{method.implementation}': class {method.site.class_qualname} has no "
+                    f"commit method {', '.join(method.commit.missing)}")))
         self.analyses.append(analysis)
         self.result.methods += len(analysis.methods)
         return analysis
@@ -362,7 +385,8 @@ class Linter:
         findings.extend(group_findings(every if group is None else group, self.config))
         findings = suppress.apply(
             findings,
-            [(m.path, m.site, a.source.lines) for a in self.analyses for m in a.methods],
+            [(m.path, site, a.source.lines) for a in self.analyses for m in a.methods
+             for site in [m.site, *extra_sites(m)]],
             self.config,
         )
         if self.fixability:

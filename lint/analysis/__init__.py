@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 from lint.analysis import roles as roles_pass
 from lint.analysis import shape
 from lint.analysis.body import Body, StmtRec, walk_body
+from lint.analysis.commit import CommitPath
 from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks
 from lint.analysis.reduce import ReduceSite, find_reduce, parse_reduce_calls
 from lint.analysis.roles import Roles
@@ -51,6 +52,8 @@ class MethodAnalysis:
     features: dict[str, Feature]
     # the configured implementation this method is, set by the linter
     implementation: Optional[Implementation] = None
+    # its commit path, when the configuration puts the check there
+    commit: Optional[CommitPath] = None
 
     @property
     def guard_in_decision(self) -> bool:

@@ -10,6 +10,7 @@ from lint.rules.guard_key import GuardKey
 from lint.rules.guard_missing import GuardMissing
 from lint.rules.guard_placement import GuardPlacement
 from lint.rules.guard_upstream import VoteForcingGuard
+from lint.rules.sidecar_commit import SidecarCommitGuard
 from lint.rules.suppressions import InvalidSuppression, UnusedSuppression
 
 ALL_RULES: tuple[type[Rule], ...] = (
@@ -20,6 +21,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     UnusedSuppression,
     InvalidSuppression,
     VoteForcingGuard,
+    SidecarCommitGuard,
 )
 RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}
 RULES_BY_NAME = {rule.name: rule for rule in ALL_RULES}

@@ -121,6 +121,8 @@ class GuardKey(MethodRule):
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
         pred = f"'{sorted(method.predicates)[0]}'" if method.predicates else "a completion predicate local"
         for guard in method.guards:
             if guard.shape == VOTE_KEYED:

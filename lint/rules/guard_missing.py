@@ -185,6 +185,8 @@ class Cache:
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
         if method.guards:
             return
         note = ""

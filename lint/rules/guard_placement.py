@@ -189,6 +189,8 @@ class Cache:
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
         for guard in method.guards:
             if guard.problems:
                 yield self.finding(

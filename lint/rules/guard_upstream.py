@@ -145,6 +145,8 @@ class Cache:
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
         pred = f"'{sorted(method.predicates)[0]}'" if method.predicates else "the completion predicate"
         for guard in method.guards:
             if guard.shape != VOTE_FORCING or guard.problems:

@@ -120,8 +120,9 @@ def test_usage_errors(run_cli, tmp_path):
 def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107"]
-    assert out[-1].startswith("HC107 vote-forcing-guard [warning, fixable]: ")
+    assert [line.split()[0] for line in out] == [
+        "HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107", "HC108"]
+    assert out[-2].startswith("HC107 vote-forcing-guard [warning, fixable]: ")
 
 
 def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
