@@ -46,24 +46,24 @@ def delete_guard(path: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", list(CACHES))
-def test_fix_restores_a_deleted_guard_that_lint_and_the_suite_accept(tmp_path, impl):
+@pytest.mark.parametrize("cache", list(CACHES))
+def test_fix_restores_a_deleted_guard_that_lint_and_the_suite_accept(tmp_path, cache):
     repo = tmp_path / "repo"
     shutil.copytree(REPO, repo, ignore=IGNORED)
-    target = repo / CACHES[impl]
+    target = repo / CACHES[cache]
     delete_guard(target)
-    suite = ["-m", "pytest", "conformance", "-k", "decision", "--cache-impl", f"caches.adapters:{impl}",
+    suite = ["-m", "pytest", "conformance", "-k", "decision", "--cache-impl", f"caches.adapters:{cache}",
              "-n", "0", "-q", "-p", "no:cacheprovider"]
 
     # teeth: the copy is what runs, and without the guard it is caught twice
     broken = run(suite + ["-x"], repo)
     assert broken.returncode == 1, broken.stdout[-2000:] + broken.stderr[-2000:]
-    lint = run(["-m", "lint", CACHES[impl]], repo)
+    lint = run(["-m", "lint", CACHES[cache]], repo)
     assert lint.returncode == 1 and " HC101 " in lint.stdout, lint.stdout + lint.stderr
 
-    fixed = run(["-m", "lint", "--fix", CACHES[impl]], repo)
+    fixed = run(["-m", "lint", "--fix", CACHES[cache]], repo)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert f"fixed: {CACHES[impl]}: " in fixed.stderr
+    assert f"fixed: {CACHES[cache]}: " in fixed.stderr
     text = target.read_text()
     assert "pool_transfers_done" in text
     # the snapshot the method reads has these fields; `progress.pool_transfers` does not exist
