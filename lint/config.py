@@ -18,7 +18,10 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the backport
 SECTION = "hicache-lint"
 DEFAULT_METHODS = ("can_terminate_prefetch",)
 DEFAULT_REDUCE_CALLS = ("all_reduce", "all_reduce_max", "all_reduce_min")
-KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "enable", "disable")
+KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "enable", "disable", "fail-on-warnings")
+IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", "sidecar-fields")
+GUARD_PLACES = ("decision", "commit")
+DEFAULT_SIDECAR_FIELDS = ("pool_transfers",)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -36,9 +39,22 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Implementation:
+    """One configured implementation of the protocol.
+
+    fenced: its commit clamps to every pool (F3) and frees slots only after
+    their IO ends (F5), so the guard may take the spec's completion form.
+    guard: where the pool_transfers_done check must live: "decision" (the
+    decision method) or "commit" (the methods named in `commit`, which commit
+    or release sidecar results; the 0.5.2x ACK-drain shape).
+    """
+
     path: str  # relative to the configuration root
     class_qualname: str
     method: str
+    fenced: bool = False
+    guard: str = "decision"
+    commit: tuple[str, ...] = ()
+    sidecar_fields: tuple[str, ...] = DEFAULT_SIDECAR_FIELDS
 
     def __str__(self) -> str:
         return f"{self.path}::{self.class_qualname}.{self.method}"
@@ -51,6 +67,7 @@ class Config:
     implementations: tuple[Implementation, ...] = ()
     enable: Optional[frozenset[str]] = None  # None: every rule
     disable: frozenset[str] = frozenset()
+    fail_on_warnings: bool = False
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None
 
@@ -58,6 +75,19 @@ class Config:
         if code in self.disable:
             return False
         return self.enable is None or code in self.enable
+
+    def implementation_for(self, path: Path, class_qualname: str) -> Optional[Implementation]:
+        """The configured implementation this file's class is, if any."""
+        if not self.implementations:
+            return None
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop
+            return None
+        for impl in self.implementations:
+            if impl.class_qualname == class_qualname and (self.root / impl.path).resolve() == resolved:
+                return impl
+        return None
 
 
 def _string_list(source: str, key: str, value: Any, accepted: str, pattern: Optional[re.Pattern] = None,
@@ -89,6 +119,47 @@ def _codes(source: str, key: str, value: Any) -> frozenset[str]:
     return frozenset(codes)
 
 
+_IMPL_ACCEPTED = ("'path/to/file.py::Class.method' or a table {method = '...', fenced = true, "
+                  "guard = 'decision' | 'commit', commit = ['method', ...], sidecar-fields = ['field', ...]}")
+
+
+def _implementations(source: str, value: Any) -> tuple[Implementation, ...]:
+    key = "implementations"
+    if not isinstance(value, list):
+        raise ConfigError(source, f"[tool.{SECTION}] {key} = {value!r}: expected a list of {_IMPL_ACCEPTED}")
+    return tuple(_implementation(source, item) for item in value)
+
+
+def _implementation(source: str, item: Any) -> Implementation:
+    where = f"[tool.{SECTION}] implementations: entry {item!r}"
+    table = {"method": item} if isinstance(item, str) else item
+    if not isinstance(table, dict):
+        raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
+    for name in table:
+        if name not in IMPLEMENTATION_KEYS:
+            raise ConfigError(source, f"{where}: unknown key {name!r}; accepted keys: "
+                                      + ", ".join(IMPLEMENTATION_KEYS))
+    target = table.get("method")
+    match = _IMPL.match(target) if isinstance(target, str) else None
+    if match is None:
+        raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
+    fenced = table.get("fenced", False)
+    if not isinstance(fenced, bool):
+        raise ConfigError(source, f"{where}: fenced = {fenced!r}: expected true or false")
+    guard = table.get("guard", "decision")
+    if guard not in GUARD_PLACES:
+        raise ConfigError(source, f"{where}: guard = {guard!r}: expected one of " + ", ".join(GUARD_PLACES))
+    commit = _string_list(source, "implementations.commit", table.get("commit", []),
+                          "method names of the same class", _IDENT, allow_empty=True)
+    if guard == "commit" and not commit:
+        raise ConfigError(source, f"{where}: guard = 'commit' needs commit = ['<method>', ...], the methods "
+                                  "that commit or release sidecar results")
+    sidecar = _string_list(source, "implementations.sidecar-fields",
+                           table.get("sidecar-fields", list(DEFAULT_SIDECAR_FIELDS)),
+                           "attribute names holding sidecar transfers or hits", _IDENT)
+    return Implementation(match["path"], match["cls"], match["method"], fenced, guard, commit, sidecar)
+
+
 def from_table(table: Any, source: str, root: Path, config_path: Optional[Path]) -> Config:
     if not isinstance(table, dict):
         raise ConfigError(source, f"[tool.{SECTION}] must be a table, got {table!r}")
@@ -109,18 +180,16 @@ def from_table(table: Any, source: str, root: Path, config_path: Optional[Path])
             _DOTTED,
         )
     if "implementations" in table:
-        items = _string_list(source, "implementations", table["implementations"],
-                             "'path/to/file.py::Class.method'", _IMPL, allow_empty=True)
-        impls = []
-        for item in items:
-            match = _IMPL.match(item)
-            assert match is not None
-            impls.append(Implementation(match["path"], match["cls"], match["method"]))
-        kwargs["implementations"] = tuple(impls)
+        kwargs["implementations"] = _implementations(source, table["implementations"])
     if "enable" in table:
         kwargs["enable"] = _codes(source, "enable", table["enable"])
     if "disable" in table:
         kwargs["disable"] = _codes(source, "disable", table["disable"])
+    if "fail-on-warnings" in table:
+        value = table["fail-on-warnings"]
+        if not isinstance(value, bool):
+            raise ConfigError(source, f"[tool.{SECTION}] fail-on-warnings = {value!r}: expected true or false")
+        kwargs["fail_on_warnings"] = value
     return Config(**kwargs)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Iterator, Optional
 
 import libcst as cst
+import libcst.matchers as m
 
 POLICIES = ("best_effort", "wait_complete", "timeout")
 VOTING_POLICIES = frozenset({"wait_complete", "timeout"})
@@ -39,12 +40,11 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+FALSE = m.Name("False") | m.Integer("0")
+
+
 def is_false_constant(node: Optional[cst.CSTNode]) -> bool:
-    if isinstance(node, cst.Name):
-        return node.value == "False"
-    if isinstance(node, cst.Integer):
-        return node.value == "0"
-    return False
+    return node is not None and m.matches(node, FALSE)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -158,6 +158,15 @@ def strip_casts(node: cst.BaseExpression) -> cst.BaseExpression:
     ):
         node = node.args[0].value
     return node
+
+
+def one_minus(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`x` for `1 - x` (casts around either side stripped), else None."""
+    node = strip_casts(node)
+    if m.matches(node, m.BinaryOperation(left=m.Integer("1"), operator=m.Subtract())):
+        assert isinstance(node, cst.BinaryOperation)
+        return strip_casts(node.right)
+    return None
 
 
 def or_operands(node: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:

@@ -1,22 +1,23 @@
-"""Output formats: text, json, github (workflow annotations), sarif (2.1.0)."""
+"""Output formats: text, json, github (workflow annotations), sarif (2.1.0, lint/sarif.py).
+
+The JSON document is versioned (`schema_version`); JSON_SCHEMA below is its
+schema, and lint/README.md documents each field.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path, PurePath
 from typing import Callable, TextIO
 
-from lint.api import Result
-from lint.rules import ALL_RULES, RULES_BY_CODE
+from lint.engine import Result
+from lint.rules import RULES_BY_CODE, level_of
+from lint.sarif import TOOL, sarif_document
 
 FORMATS = ("text", "json", "github", "sarif")
-TOOL = "hicache-lint"
-SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-LEVELS = {"HC105": "warning"}
+JSON_SCHEMA_VERSION = 1
 
 
-def _version() -> str:
+def version() -> str:
     from lint import __version__
 
     return __version__
@@ -27,10 +28,11 @@ def write_text(result: Result, out: TextIO) -> None:
         out.write(f"{finding}\n")
 
 
-def write_json(result: Result, out: TextIO) -> None:
-    doc = {
+def json_document(result: Result) -> dict:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
         "tool": TOOL,
-        "version": _version(),
+        "version": version(),
         "findings": [
             {
                 "path": f.path,
@@ -38,6 +40,7 @@ def write_json(result: Result, out: TextIO) -> None:
                 "col": f.col,
                 "code": f.code,
                 "rule": RULES_BY_CODE[f.code].name,
+                "level": level_of(f.code),
                 "message": f.message,
                 "method": f.method,
                 "fixable": f.fixable,
@@ -46,6 +49,7 @@ def write_json(result: Result, out: TextIO) -> None:
         ],
         "errors": [{"path": e.path, "message": e.message} for e in result.errors],
         "fixed": list(result.fixed),
+        "not_fixed": list(result.declined),
         "summary": {
             "files_seen": result.files_seen,
             "files_parsed": result.files_parsed,
@@ -55,7 +59,10 @@ def write_json(result: Result, out: TextIO) -> None:
             "exit_code": result.exit_code,
         },
     }
-    json.dump(doc, out, indent=2)
+
+
+def write_json(result: Result, out: TextIO) -> None:
+    json.dump(json_document(result), out, indent=2)
     out.write("\n")
 
 
@@ -70,80 +77,15 @@ def _gh_prop(text: str) -> str:
 def write_github(result: Result, out: TextIO) -> None:
     for f in result.findings:
         out.write(
-            f"::error file={_gh_prop(f.path)},line={f.line},col={f.col},"
+            f"::{level_of(f.code)} file={_gh_prop(f.path)},line={f.line},col={f.col},"
             f"title={_gh_prop(f.code)}::{_gh_data(f.message)}\n"
         )
     for e in result.errors:
         out.write(f"::error file={_gh_prop(e.path)},title={TOOL}::{_gh_data(e.message)}\n")
 
 
-def _uri(path: str) -> dict:
-    pure = PurePath(path)
-    if pure.is_absolute() or ".." in pure.parts:
-        return {"uri": Path(path).resolve().as_uri()}
-    return {"uri": pure.as_posix(), "uriBaseId": "%SRCROOT%"}
-
-
-def sarif_document(result: Result) -> dict:
-    rules = [
-        {
-            "id": rule.code,
-            "name": rule.name,
-            "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": " ".join((rule.__doc__ or rule.summary).split())},
-            "defaultConfiguration": {"level": LEVELS.get(rule.code, "error")},
-            "properties": {"fixable": rule.fixable},
-        }
-        for rule in ALL_RULES
-    ]
-    index = {rule.code: i for i, rule in enumerate(ALL_RULES)}
-    results = [
-        {
-            "ruleId": f.code,
-            "ruleIndex": index[f.code],
-            "level": LEVELS.get(f.code, "error"),
-            "message": {"text": f.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": _uri(f.path),
-                        "region": {"startLine": f.line, "startColumn": f.col},
-                    }
-                }
-            ],
-        }
-        for f in result.findings
-    ]
-    notifications = [
-        {
-            "level": "error",
-            "message": {"text": e.message},
-            "locations": [{"physicalLocation": {"artifactLocation": _uri(e.path)}}],
-        }
-        for e in result.errors
-    ]
-    root = Path(os.getcwd()).resolve().as_uri() + "/"
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {"driver": {"name": TOOL, "version": _version(), "rules": rules}},
-                "originalUriBaseIds": {"%SRCROOT%": {"uri": root}},
-                "results": results,
-                "invocations": [
-                    {
-                        "executionSuccessful": not result.errors,
-                        "toolExecutionNotifications": notifications,
-                    }
-                ],
-            }
-        ],
-    }
-
-
 def write_sarif(result: Result, out: TextIO) -> None:
-    json.dump(sarif_document(result), out, indent=2)
+    json.dump(sarif_document(result, version()), out, indent=2)
     out.write("\n")
 
 
@@ -152,4 +94,59 @@ WRITERS: dict[str, Callable[[Result, TextIO], None]] = {
     "json": write_json,
     "github": write_github,
     "sarif": write_sarif,
+}
+
+_STRING_LIST = {"type": "array", "items": {"type": "string"}}
+_COUNT = {"type": "integer", "minimum": 0}
+
+JSON_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "hicache-lint --format json",
+    "type": "object",
+    "required": ["schema_version", "tool", "version", "findings", "errors", "fixed", "not_fixed", "summary"],
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": JSON_SCHEMA_VERSION},
+        "tool": {"const": TOOL},
+        "version": {"type": "string"},
+        "findings": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["path", "line", "col", "code", "rule", "level", "message", "method", "fixable"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "line": {"type": "integer", "minimum": 1},
+                    "col": {"type": "integer", "minimum": 1},
+                    "code": {"type": "string", "pattern": "^HC1[0-9]{2}$"},
+                    "rule": {"type": "string"},
+                    "level": {"enum": ["error", "warning"]},
+                    "message": {"type": "string"},
+                    "method": {"type": ["string", "null"]},
+                    "fixable": {"type": "boolean"},
+                },
+            },
+        },
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["path", "message"],
+                "properties": {"path": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+        "fixed": _STRING_LIST,
+        "not_fixed": _STRING_LIST,
+        "summary": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["files_seen", "files_parsed", "methods", "findings", "errors", "exit_code"],
+            "properties": {
+                "files_seen": _COUNT, "files_parsed": _COUNT, "methods": _COUNT,
+                "findings": _COUNT, "errors": _COUNT, "exit_code": {"enum": [0, 1, 2]},
+            },
+        },
+    },
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import errno
 import io
 import os
 import tokenize
@@ -34,26 +35,52 @@ class SourceFile:
 
 
 def display_path(path: Path) -> str:
-    """Relative to the cwd when the file is under it, else as given."""
+    """Relative to the cwd when the file is under it, else as given.
+
+    Symbolic links are not followed: a link is shown under its own name.
+    """
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        absolute = os.path.abspath(path)
+        relative = os.path.relpath(absolute, os.path.abspath(os.getcwd()))
     except (ValueError, OSError):
         return str(path)
+    return str(path) if relative == ".." or relative.startswith(".." + os.sep) else relative
+
+
+def link_problem(path: Path) -> Optional[str]:
+    """Why a symbolic link cannot be followed (a loop, a missing target), else None."""
+    if not path.is_symlink():
+        return None
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop; expected a file or directory"
+        target = os.readlink(path)
+        return f"dangling symbolic link to {target!r}; expected a file or directory"
+    return None
 
 
 def discover(paths: Iterable[str]) -> tuple[list[Candidate], list[FileError]]:
-    """Expand paths: files as given, directories recursed for *.py."""
+    """Expand paths: files as given, directories recursed for *.py (links not followed into folders)."""
     found: list[Candidate] = []
     errors: list[FileError] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        problem = link_problem(path)
+        if problem is not None:
+            errors.append(FileError(display_path(path), problem))
+        elif path.is_dir():
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
                 for name in sorted(files):
                     if name.endswith(".py"):
                         full = Path(root) / name
-                        found.append(Candidate(full, display_path(full), False))
+                        problem = link_problem(full)
+                        if problem is not None:
+                            errors.append(FileError(display_path(full), problem))
+                        else:
+                            found.append(Candidate(full, display_path(full), False))
         elif path.is_file():
             found.append(Candidate(path, display_path(path), True))
         elif path.exists():

@@ -17,12 +17,12 @@ from typing import Iterable, Optional
 from lint.config import Config
 from lint.findings import Finding
 from lint.locate import MethodSite
+from lint.rules import SUPPRESSIBLE_CODES
 
 MARKER = re.compile(r"#\s*hicache-lint\s*:\s*(?P<body>.*)$")
 IGNORE = re.compile(r"^ignore\s*(?:\[(?P<codes>[^\]]*)\])?\s*(?P<rest>.*)$")
 REASON = re.compile(r"^reason\s*:\s*(?P<reason>.*)$")
 
-SUPPRESSIBLE = ("HC101", "HC102", "HC103", "HC104")
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ def _parse(body: str, line: int, col: int) -> Suppression:
     if not codes:
         return Suppression(line, col, (), None, "empty code list in 'ignore[]'")
     for code in codes:
-        if code not in SUPPRESSIBLE:
+        if code not in SUPPRESSIBLE_CODES:
             return Suppression(line, col, codes, None,
-                               f"cannot suppress {code!r}; suppressible codes: {', '.join(SUPPRESSIBLE)}")
+                               f"cannot suppress {code!r}; suppressible codes: {', '.join(SUPPRESSIBLE_CODES)}")
     rest = match["rest"].strip()
     reason_match = REASON.match(rest)
     reason = reason_match["reason"].strip() if reason_match else ""

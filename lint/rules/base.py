@@ -1,38 +1,70 @@
-"""Rule base classes. Every rule carries VALID and INVALID example modules that
-the test suite lints (tests/lint/test_rule_examples.py)."""
+"""Rule base classes. A rule owns its code, name, summary, level, fixability,
+suppressibility, help text (its docstring) and its VALID / INVALID examples,
+which the test suite lints (tests/lint/test_rule_examples.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Union
 
 from lint.findings import Finding
 
 if TYPE_CHECKING:
-    from lint.model import MethodAnalysis
+    from lint.analysis import MethodAnalysis
+
+ERROR = "error"  # fails the run (exit 1)
+WARNING = "warning"  # reported; exit 0 unless the configuration fails on warnings
+
+
+Table = dict[str, Any]  # a [tool.hicache-lint] table; examples are linted as "example.py"
+EXAMPLE_PATH = "example.py"
+
+
+@dataclass(frozen=True)
+class Valid:
+    """An example that must not produce this rule's code (under `config`)."""
+
+    code: str
+    config: Optional[Table] = None
 
 
 @dataclass(frozen=True)
 class Invalid:
     """An example that must produce this rule's code.
 
-    line: expected line of the finding; fixed: expected source after `--fix`;
-    message: a fragment the message must contain.
+    line: expected line of the finding; fixed: expected source after `--fix`
+    (None: not checked; equal to `code`: the fix must change nothing);
+    message: a fragment the message must contain; config: the table it is
+    linted under.
     """
 
     code: str
     line: Optional[int] = None
     fixed: Optional[str] = None
     message: Optional[str] = None
+    config: Optional[Table] = None
+
+
+def fenced(*classes: str, method: str = "can_terminate_prefetch") -> Table:
+    """Configuration declaring these example classes fenced (F3 and F5 hold)."""
+    return {"implementations": [
+        {"method": f"{EXAMPLE_PATH}::{cls}.{method}", "fenced": True} for cls in classes]}
 
 
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
+    level: ClassVar[str] = ERROR
     fixable: ClassVar[bool] = False
-    VALID: ClassVar[tuple[str, ...]] = ()
+    suppressible: ClassVar[bool] = True
+    clauses: ClassVar[tuple[str, ...]] = ()  # spec clauses the rule keeps (spec/SPEC.md)
+    VALID: ClassVar[tuple[Union[str, Valid], ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    @classmethod
+    def help(cls) -> str:
+        return " ".join((cls.__doc__ or cls.summary).split())
 
     @classmethod
     def finding(cls, method: "MethodAnalysis", line: int, col: int, message: str,
@@ -57,3 +89,5 @@ class GroupRule(Rule):
 
 class SuppressionRule(Rule):
     """Reported by lint.suppress while applying suppression comments."""
+
+    suppressible = False

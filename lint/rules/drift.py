@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import FEATURE_NAMES, MethodAnalysis
+from lint.analysis import FEATURE_NAMES, MethodAnalysis
 from lint.rules.base import GroupRule, Invalid
 
 ALIGNED = '''
@@ -103,16 +103,31 @@ MIN_REDUCE = ALIGNED.replace(
 )
 
 
+# The guard's own features are owned by HC101, HC102, HC103 and HC107: drift
+# never repeats them. For the rest the spec says which value is right.
+SPEC_VALUES = {
+    "policies": "best_effort, wait_complete, timeout",
+    "combine": "vote OR any-terminated",
+    "reduce-op": "MAX",
+    "reduce-payload": "[1-vote, terminated]",
+    "timeout-cap": "capped by a max",
+}
+COMPARED = tuple(name for name in FEATURE_NAMES if not name.startswith("guard"))
+
+
 class AlignmentDrift(GroupRule):
     """Each implementation writes the termination method in its own idiom, and
     that is fine; what must not differ is the normalized structure: which
-    policies are handled, whether the guard is present, what it is keyed on and
-    whether it takes effect, how the vote is combined with "already terminated",
-    the reduce's op and payload, and whether the timeout is capped. The
-    implementation that differs from the majority is reported at the differing
-    element, naming the feature."""
+    policies are handled, how the vote is combined with "already terminated",
+    the reduce's op and payload, and whether the timeout is capped. Where
+    implementations differ, the one that differs from the spec's value is
+    reported (else the one that differs from the majority) at the differing
+    element, naming the feature; a conforming implementation is never
+    reported, and the guard itself is left to the guard rules. Methods whose
+    configured check lives in the commit path are not compared."""
 
     code = "HC104"
+    clauses = ("X1", "X2", "T1")
     name = "alignment-drift"
     summary = "termination methods linted together differ in normalized structure"
 
@@ -123,27 +138,24 @@ class AlignmentDrift(GroupRule):
     )
 
     def check_group(self, methods: list[MethodAnalysis]) -> Iterable[Finding]:
-        active = [m for m in methods if m.skip_reason is None]
+        active = [m for m in methods if m.skip_reason is None and m.guard_in_decision]
         if len(active) < 2:
             return
-        for feature in FEATURE_NAMES:
+        for feature in COMPARED:
             values = [(m, m.features[feature]) for m in active if m.features[feature].value is not None]
             counts = Counter(f.value for _, f in values)
             if len(counts) < 2:
                 continue
-            top, top_count = counts.most_common(1)[0]
             total = len(values)
-            if top_count * 2 > total:
-                example, example_feature = next((m, f) for m, f in values if f.value == top)
-                for method, feat in values:
-                    if feat.value == top:
-                        continue
-                    yield self.finding(
-                        method, feat.line, method.column_of_line(feat.line),
-                        f"alignment drift in '{feature}': {method.qualname} has {feat.value!r}, "
-                        f"the majority ({top_count} of {total}) has {top!r}, e.g. "
-                        f"{example.qualname} at {example.path}:{example_feature.line}",
-                    )
+            top, top_count = counts.most_common(1)[0]
+            spec = SPEC_VALUES.get(feature)
+            if spec is not None and spec in counts:
+                right, right_count = spec, counts[spec]
+                basis = (f"the majority ({right_count} of {total})" if right_count * 2 > total
+                         else f"{right_count} of {total}, as the spec says,")
+            elif top_count * 2 > total:
+                right, right_count = top, top_count
+                basis = f"the majority ({top_count} of {total})"
             else:
                 for method, feat in values:
                     others = sorted({str(f.value) for _, f in values} - {feat.value})
@@ -152,4 +164,13 @@ class AlignmentDrift(GroupRule):
                         f"alignment drift in '{feature}': {method.qualname} has {feat.value!r}, "
                         f"other implementations have {', '.join(repr(o) for o in others)}; "
                         f"no value has a majority",
+                    )
+                continue
+            example, example_feature = next((m, f) for m, f in values if f.value == right)
+            for method, feat in values:
+                if feat.value != right:
+                    yield self.finding(
+                        method, feat.line, method.column_of_line(feat.line),
+                        f"alignment drift in '{feature}': {method.qualname} has {feat.value!r}, "
+                        f"{basis} has {right!r}, e.g. {example.qualname} at {example.path}:{example_feature.line}",
                     )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import MethodAnalysis
-from lint.rules.base import Invalid, MethodRule
+from lint.analysis import MethodAnalysis
+from lint.analysis.guard import OTHER_LOCAL, TRANSFERS_ONLY, VOTE_KEYED
+from lint.rules.base import Invalid, MethodRule, fenced
 from lint.rules.guard_missing import GUARDED
+from lint.rules.guard_upstream import FORCES_VOTE, SINGLE_RANK_RETURN
 
 KEYED_ON_VOTE = '''
 import torch
@@ -35,7 +37,7 @@ class HiRadixCache:
         return states[0].item() == 0 or states[1].item() == 1
 '''
 
-KEYED_ON_VOTE_FIXED = '''
+KEYED_ON_VOTE_FENCED_FIXED = '''
 import torch
 import torch.distributed as dist
 
@@ -62,35 +64,11 @@ class HiRadixCache:
 '''
 
 
-class GuardKey(MethodRule):
-    """The guard must force the *completion predicate* to "no" (the reviewed
-    upstream shape every implementation shares), not the vote or some other
-    local: keyed on the vote it is easily placed after the vote is folded, and
-    the implementations stop being comparable."""
+# Not fenced: re-keyed onto completion, still forcing the vote (upstream's form).
+KEYED_ON_VOTE_FIXED = KEYED_ON_VOTE.replace(
+    "        if can_terminate and operation.pool_transfers", "        if completed and operation.pool_transfers")
 
-    code = "HC102"
-    name = "guard-key"
-    summary = "guard is keyed on the vote or another local instead of the completion predicate"
-    fixable = True
-
-    VALID = (
-        GUARDED,
-        # single rank, early-return guard keyed on the predicate through a helper
-        '''
-class LocalCache:
-    def can_terminate_prefetch(self, prefetch_op):
-        done = self._prefetch_completed(prefetch_op)
-        if done and not getattr(prefetch_op, "pool_transfers_done", True):
-            return False
-        if self.prefetch_stop_policy == "timeout":
-            return done or self._timed_out(prefetch_op)
-        return done
-''',
-    )
-    INVALID = (
-        Invalid(KEYED_ON_VOTE, line=19, fixed=KEYED_ON_VOTE_FIXED, message="keyed on the vote"),
-        # the vote folded with the flag after the policy branches
-        Invalid('''
+FOLDED_ON_TRANSFERS = '''
 class Cache:
     def can_terminate_prefetch(self, op):
         completed = op.completed_tokens == len(op.hash_value) * self.page_size
@@ -99,36 +77,65 @@ class Cache:
             can_terminate = completed
         can_terminate = can_terminate and op.pool_transfers_done
         return can_terminate
-''', line=8),
-        # keyed on the transfer state alone
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
-        if op.pool_transfers and not op.pool_transfers_done:
-            return False
-        return completed
-''', line=5, message="transfer state"),
+'''
+
+FOLDED_ON_TRANSFERS_FIXED = FOLDED_ON_TRANSFERS.replace(
+    "        can_terminate = can_terminate and op.pool_transfers_done\n",
+    "        # Vote no while KV is complete but extra-pool transfers still run.\n"
+    "        if completed and not op.pool_transfers_done:\n"
+    "            can_terminate = False\n")
+
+
+
+class GuardKey(MethodRule):
+    """The guard's condition must be KV completion: it may force the vote to
+    "no" only when KV is complete and transfers are pending (upstream's form,
+    HC107) or force the completion predicate itself (the spec's form). Keyed
+    on the vote, on the transfer state alone or on some other local, it
+    blocks a prefetch whose KV is not complete, which under 'timeout' has
+    timed out and must be let go, and the implementations stop being
+    comparable."""
+
+    code = "HC102"
+    clauses = ("D3", "D5")
+    name = "guard-key"
+    summary = "guard is conditioned on the vote, the transfer state alone or another local, not on KV completion"
+    fixable = True
+
+    VALID = (
+        GUARDED,
+        FORCES_VOTE,  # upstream's form is HC107's business
+        # single rank, early-return guard conditioned on the predicate through a helper
+        SINGLE_RANK_RETURN,
+    )
+    INVALID = (
+        Invalid(KEYED_ON_VOTE, line=19, fixed=KEYED_ON_VOTE_FIXED, message="conditioned on the vote"),
+        Invalid(KEYED_ON_VOTE, line=19, fixed=KEYED_ON_VOTE_FENCED_FIXED, config=fenced("HiRadixCache")),
+        # the vote folded with the flag after the policy branches
+        Invalid(FOLDED_ON_TRANSFERS, line=8, fixed=FOLDED_ON_TRANSFERS_FIXED, message="transfer state alone"),
+        # keyed on the transfer state alone, and nowhere to put upstream's guard
+        Invalid(FOLDED_ON_TRANSFERS.replace(
+            "        can_terminate = can_terminate and op.pool_transfers_done\n        return can_terminate\n",
+            "        if op.pool_transfers and not op.pool_transfers_done:\n            return False\n"
+            "        return completed\n"), line=8, message="transfer state"),
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
-        from lint.fix import can_relocate_guard
-
-        guard = method.guard
-        if guard is None or guard.key_kind == "predicate":
-            return
-        target = (
-            f"'{sorted(method.predicates)[0]}'" if method.predicates else "a completion predicate local"
-        )
-        if guard.key_kind == "vote":
-            what = f"keyed on the vote '{method.vote}'"
-        elif guard.key_kind == "none":
-            what = "keyed on the transfer state alone"
-        else:
-            what = f"keyed on '{guard.key}'"
-        yield self.finding(
-            method, guard.line, guard.col,
-            f"the pool_transfers_done guard in {method.qualname} is {what}; "
-            f"key it on the completion predicate {target}",
-            fixable=can_relocate_guard(method),
-        )
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
+        pred = f"'{sorted(method.predicates)[0]}'" if method.predicates else "a completion predicate local"
+        for guard in method.guards:
+            if guard.shape == VOTE_KEYED:
+                what = f"is conditioned on the vote '{method.vote}', not on KV completion"
+            elif guard.shape == TRANSFERS_ONLY:
+                forced = "the result" if guard.target is None else f"'{guard.target}'"
+                what = (f"forces {forced} to no on the transfer state alone, so under 'timeout' it also "
+                        f"holds a prefetch whose KV is incomplete past its deadline")
+            elif guard.shape == OTHER_LOCAL:
+                what = f"forces '{guard.target}', which is neither the completion predicate nor the vote"
+            else:
+                continue
+            yield self.finding(
+                method, guard.line, guard.col,
+                f"the pool_transfers_done guard in {method.qualname} {what}; condition it on {pred}",
+            )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import MethodAnalysis
-from lint.rules.base import Invalid, MethodRule
+from lint.analysis import MethodAnalysis
+from lint.rules.base import Invalid, MethodRule, fenced
 
 GUARDED = '''
 import time
@@ -42,6 +42,9 @@ class HiRadixCache:
 
 UNGUARDED = '''
 class UnifiedRadixCache:
+    def _extras_pending(self, op):
+        return bool(op.pool_transfers) and not op.pool_transfers_done
+
     def can_terminate_prefetch(self, op):
         can_terminate = True
         if self.prefetch_stop_policy == "best_effort":
@@ -59,32 +62,28 @@ class UnifiedRadixCache:
         return vote_no == 0 or any_terminated == 1
 '''
 
-UNGUARDED_FIXED = '''
-class UnifiedRadixCache:
-    def can_terminate_prefetch(self, op):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        # an empty hit list never counts as complete
-        kv_complete = bool(op.hash_value) and op.completed_tokens == len(op.hash_value) * self.page_size
-        # KV alone is not complete while extra-pool transfers still run.
+# Not fenced (the default): upstream's guard, forcing the vote, before the reduce.
+UNGUARDED_FIXED = UNGUARDED.replace(
+    '''        terminated = op.is_terminated()
+''', '''        # Vote no while KV is complete but extra-pool transfers still run.
+        if kv_complete and op.pool_transfers and not op.pool_transfers_done:
+            can_terminate = False
+        terminated = op.is_terminated()
+''')
+
+# Fenced: the spec's guard on the completion predicate.
+UNGUARDED_FENCED_FIXED = UNGUARDED.replace(
+    '''        if self.prefetch_stop_policy == "wait_complete":
+''', '''        # KV alone is not complete while extra-pool transfers still run.
         if kv_complete and op.pool_transfers and not op.pool_transfers_done:
             kv_complete = False
         if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = kv_complete
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = kv_complete or self.clock() - op.start_time > self.timeout_for(op)
-        terminated = op.is_terminated()
-        vote_no, any_terminated = self.reducer.all_reduce_max(
-            [1 - int(can_terminate), int(terminated)], name="prefetch_terminate"
-        )
-        return vote_no == 0 or any_terminated == 1
-'''
+''')
 
 GETATTR_FILE_UNGUARDED = '''
 class HiMambaRadixCache:
     def _pending(self, prefetch_op):
-        return getattr(prefetch_op, "pool_transfers", None) or []
+        return getattr(prefetch_op, "pool_transfers", None) and not getattr(prefetch_op, "pool_transfers_done", True)
 
     def can_terminate_prefetch(self, prefetch_op):
         if self.prefetch_stop_policy == "best_effort":
@@ -96,32 +95,37 @@ class HiMambaRadixCache:
         return can_terminate
 '''
 
-GETATTR_FILE_FIXED = '''
-class HiMambaRadixCache:
-    def _pending(self, prefetch_op):
-        return getattr(prefetch_op, "pool_transfers", None) or []
-
-    def can_terminate_prefetch(self, prefetch_op):
-        if self.prefetch_stop_policy == "best_effort":
-            return True
-        is_done = self._prefetch_completed(prefetch_op)
-        # KV alone is not complete while extra-pool transfers still run.
+GETATTR_FILE_FIXED = GETATTR_FILE_UNGUARDED.replace(
+    '''        can_terminate = is_done
+''', '''        # KV alone is not complete while extra-pool transfers still run.
         if is_done and getattr(prefetch_op, "pool_transfers", None) and not getattr(prefetch_op, "pool_transfers_done", True):
             is_done = False
         can_terminate = is_done
-        if self.prefetch_stop_policy == "timeout":
-            can_terminate = is_done or self._timed_out(prefetch_op)
-        return can_terminate
+''')
+
+# Nothing in the file says which pool fields the snapshot has: no fix is offered.
+NO_EVIDENCE = '''
+class Cache:
+    def can_terminate_prefetch(self, operation):
+        progress = operation.progress()
+        completed = progress.completed_tokens == len(progress.hash_value) * self.page_size
+        if self.prefetch_stop_policy == "wait_complete":
+            return completed
+        return completed or self.timed_out(operation)
 '''
 
 
 class GuardMissing(MethodRule):
     """The vote must be "no" while KV completed but extra-pool transfers are not
     done. A termination method that never consults `pool_transfers_done` in a
-    way that forces the vote to "no" lets a rank insert host slots an extra-pool
-    get is still writing."""
+    way that forces something to "no" lets a rank insert host slots an
+    extra-pool get is still writing (the bug upstream PR #27550 fixed in
+    HiRadixCache). The fix inserts the spec's guard in a fenced implementation
+    and upstream's vote-forcing guard otherwise, spelled with the pool fields
+    the code already reads on that object; without such evidence it declines."""
 
     code = "HC101"
+    clauses = ("D3",)
     name = "guard-missing"
     summary = "termination method has no pool_transfers_done guard forcing the vote to no"
     fixable = True
@@ -156,8 +160,10 @@ class Cache:
 ''',
     )
     INVALID = (
-        Invalid(UNGUARDED, line=3, fixed=UNGUARDED_FIXED, message="no pool_transfers_done guard"),
-        Invalid(GETATTR_FILE_UNGUARDED, line=6, fixed=GETATTR_FILE_FIXED),
+        Invalid(UNGUARDED, line=6, fixed=UNGUARDED_FIXED, message="no pool_transfers_done guard"),
+        Invalid(UNGUARDED, line=6, fixed=UNGUARDED_FENCED_FIXED, config=fenced("UnifiedRadixCache")),
+        Invalid(GETATTR_FILE_UNGUARDED, line=6, fixed=GETATTR_FILE_FIXED, config=fenced("HiMambaRadixCache")),
+        Invalid(NO_EVIDENCE, line=3, fixed=NO_EVIDENCE, config=fenced("Cache")),
         # inverted: this forces "no" once the transfers are done, not while they run
         Invalid('''
 class Cache:
@@ -167,19 +173,29 @@ class Cache:
             completed = False
         return completed
 ''', line=3),
+        # the check is there, but it only logs
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if completed and not op.pool_transfers_done:
+            self.log.warning("extra pools still loading for %s", op.request_id)
+        return completed
+''', line=3, message="line 5 forces nothing to no"),
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
-        from lint.fix import can_insert_guard
-
-        if method.guard is not None:
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
+        if method.guards:
             return
         note = ""
         if not method.predicates:
             note = " (no completion predicate local found to key it on)"
-        yield self.finding(
-            method, method.def_line, method.def_col,
-            f"{method.qualname} has no pool_transfers_done guard: the vote can be 'yes' "
-            f"while extra-pool transfers are still running{note}",
-            fixable=can_insert_guard(method),
-        )
+        if method.inert_checks:
+            what = (f"{method.qualname}: its pool_transfers_done check at line {method.inert_checks[0]} "
+                    f"forces nothing to no, so the vote can be 'yes'")
+        else:
+            what = f"{method.qualname} has no pool_transfers_done guard: the vote can be 'yes'"
+        yield self.finding(method, method.def_line, method.def_col,
+                           f"{what} while extra-pool transfers are still running{note}")

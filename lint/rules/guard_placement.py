@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from lint.findings import Finding
-from lint.model import MethodAnalysis
+from lint.analysis import MethodAnalysis
 from lint.rules.base import Invalid, MethodRule
 from lint.rules.guard_missing import GUARDED
 
@@ -68,6 +68,23 @@ class HiRadixCache:
 '''
 
 
+# Upstream's form, but after the reduce: peers decide without it.
+VOTE_FORCING_AFTER_REDUCE = AFTER_REDUCE.replace(
+    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
+    "            completed = False\n",
+    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
+    "            can_terminate = False\n")
+
+# Not fenced: moved before the reduce, still forcing the vote.
+VOTE_FORCING_AFTER_REDUCE_FIXED = AFTER_REDUCE.replace(
+    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
+    "            completed = False\n", "").replace(
+    "        operation_terminated = operation.is_terminated()\n",
+    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
+    "            can_terminate = False\n"
+    "        operation_terminated = operation.is_terminated()\n")
+
+
 class GuardPlacement(MethodRule):
     """A guard only helps if every rank's vote includes it: it must sit after
     the completion predicate is bound, before that predicate feeds the vote,
@@ -76,6 +93,7 @@ class GuardPlacement(MethodRule):
     ahead of a reduce makes this rank skip a collective its peers still run."""
 
     code = "HC103"
+    clauses = ("X3", "D3")
     name = "guard-placement"
     summary = "guard is placed where it cannot take effect (after the reduce, bypassed, or skipping the collective)"
     fixable = True
@@ -107,6 +125,22 @@ class HiMambaRadixCache:
     )
     INVALID = (
         Invalid(AFTER_REDUCE, line=24, fixed=AFTER_REDUCE_FIXED, message="after the cross-rank reduce"),
+        Invalid(VOTE_FORCING_AFTER_REDUCE, line=24, fixed=VOTE_FORCING_AFTER_REDUCE_FIXED,
+                message="after the cross-rank reduce"),
+        # upstream's form before the policy branches: they set the vote again
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        can_terminate = False
+        if completed and not op.pool_transfers_done:
+            can_terminate = False
+        if self.prefetch_stop_policy == "wait_complete":
+            can_terminate = completed
+        elif self.prefetch_stop_policy == "timeout":
+            can_terminate = completed or self.timed_out(op)
+        return can_terminate
+''', line=6, message="'can_terminate' is bound again at line 9"),
         # an earlier return on the wait_complete path hands out "yes" around the guard
         Invalid('''
 class Cache:
@@ -155,14 +189,11 @@ class Cache:
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
-        from lint.fix import can_relocate_guard
-
-        guard = method.guard
-        if guard is None or not guard.problems:
-            return
-        kind, message, _ = guard.problems[0]
-        yield self.finding(
-            method, guard.line, guard.col,
-            f"ineffective pool_transfers_done guard in {method.qualname}: {message}",
-            fixable=kind != "bypass" and can_relocate_guard(method),
-        )
+        if not method.guard_in_decision:
+            return  # configured: the check lives in the commit path (HC108)
+        for guard in method.guards:
+            if guard.problems:
+                yield self.finding(
+                    method, guard.line, guard.col,
+                    f"ineffective pool_transfers_done guard in {method.qualname}: {guard.problems[0].message}",
+                )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ GUARDLESS = (
 
 @pytest.fixture
 def tree(tmp_path, samples) -> Path:
-    shutil.copy(samples / "hiradix_upstream.py.txt", tmp_path / "good.py")
+    shutil.copy(samples / "spellings.py.txt", tmp_path / "good.py")
     (tmp_path / "bad.py").write_text(GUARDLESS)
     return tmp_path
 
@@ -119,7 +120,9 @@ def test_usage_errors(run_cli, tmp_path):
 def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["HC101", "HC102", "HC103", "HC104", "HC105", "HC106"]
+    assert [line.split()[0] for line in out] == [
+        "HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107", "HC108"]
+    assert out[-2].startswith("HC107 vote-forcing-guard [warning, fixable]: ")
 
 
 def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
@@ -139,3 +142,104 @@ def test_skip_empty_for_hooks(tree, run_cli):
         "__init__.py: error: file is empty; expected Python source"]
     proc = run_cli("--skip-empty", "__init__.py", "good.py", cwd=tree)
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_version(run_cli):
+    from lint import __version__
+
+    proc = run_cli("--version")
+    assert (proc.returncode, proc.stdout) == (0, f"hicache-lint {__version__}\n")
+
+
+def test_exit_zero_keeps_findings_but_not_errors(tree, run_cli):
+    proc = run_cli("--exit-zero", "bad.py", cwd=tree)
+    assert proc.returncode == 0 and " HC101 " in proc.stdout
+    proc = run_cli("--exit-zero", "bad.py", "nope.py", cwd=tree)
+    assert proc.returncode == 2
+
+
+UPSTREAM_SHAPED = REPO / "tests" / "lint" / "samples" / "upstream" / "hiradix_fixed.py.txt"
+
+
+def test_warnings_alone_exit_0_unless_asked(tree, run_cli):
+    shutil.copy(UPSTREAM_SHAPED, tree / "upstream.py")
+    proc = run_cli("upstream.py", cwd=tree)
+    assert proc.returncode == 0 and " HC107 " in proc.stdout
+    proc = run_cli("--fail-on-warnings", "upstream.py", cwd=tree)
+    assert proc.returncode == 1
+    (tree / "pyproject.toml").write_text("[tool.hicache-lint]\nfail-on-warnings = true\n")
+    assert run_cli("upstream.py", cwd=tree).returncode == 1
+
+
+def test_quiet_prints_errors_only(tree, run_cli):
+    shutil.copy(UPSTREAM_SHAPED, tree / "upstream.py")
+    quiet = run_cli("-q", "upstream.py", "bad.py", cwd=tree)
+    loud = run_cli("upstream.py", "bad.py", cwd=tree)
+    assert quiet.returncode == loud.returncode == 1
+    codes = [line.split()[1] for line in loud.stdout.splitlines()]
+    assert "HC107" in codes and "HC101" in codes
+    assert [line.split()[1] for line in quiet.stdout.splitlines()] == [c for c in codes if c != "HC107"]
+
+
+EVIDENT = GUARDLESS.replace(
+    "class Cache:\n",
+    "class Cache:\n    def _pending(self, op):\n        return not op.pool_transfers_done\n\n")
+
+
+def test_diff_previews_the_fix_and_writes_nothing(tmp_path, run_cli):
+    (tmp_path / "cache.py").write_text(EVIDENT)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hicache-lint]\nimplementations = [{method = "cache.py::Cache.can_terminate_prefetch", fenced = true}]\n')
+    proc = run_cli("--diff", "cache.py", cwd=tmp_path)
+    assert proc.returncode == 1  # the finding is still there: nothing was written
+    assert (tmp_path / "cache.py").read_text() == EVIDENT
+    assert proc.stdout.startswith("--- a/cache.py\n+++ b/cache.py\n@@ ")
+    assert "+        if completed and not op.pool_transfers_done:\n+            completed = False\n" in proc.stdout
+    assert proc.stderr.startswith("fixed: cache.py: would fix: Cache.can_terminate_prefetch: inserted guard")
+    # the patch is exactly what --fix writes
+    applied = subprocess.run(["git", "apply", "--unsafe-paths", "-p1", "-"], input=proc.stdout, text=True,
+                             cwd=tmp_path, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    patched = (tmp_path / "cache.py").read_text()
+    (tmp_path / "cache.py").write_text(EVIDENT)
+    assert run_cli("--fix", "cache.py", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "cache.py").read_text() == patched
+    assert run_cli("--diff", "--fix", "cache.py", cwd=tmp_path).returncode == 2
+
+
+def make_links(tree: Path) -> None:
+    (tree / "loop.py").symlink_to("loop.py")
+    (tree / "dangling.py").symlink_to("missing.py")
+    pkg = tree / "pkg"
+    pkg.mkdir()
+    (pkg / "impl.py").write_text(GUARDLESS)
+    (pkg / "cycle.py").symlink_to("cycle.py")
+    (pkg / "dead.py").symlink_to("nowhere.py")
+
+
+def test_symlink_loops_and_dangling_links_are_one_line_each(tree, run_cli):
+    make_links(tree)
+    proc = run_cli("loop.py", "dangling.py", "pkg", "good.py", cwd=tree)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "dangling.py: error: dangling symbolic link to 'missing.py'; expected a file or directory",
+        "loop.py: error: symbolic link loop; expected a file or directory",
+        "pkg/cycle.py: error: symbolic link loop; expected a file or directory",
+        "pkg/dead.py: error: dangling symbolic link to 'nowhere.py'; expected a file or directory",
+    ]
+    assert proc.stdout.startswith("pkg/impl.py:2:5: HC101 ")  # the rest is still linted
+
+
+def test_sarif_is_written_despite_a_link_loop(tree, run_cli):
+    import json
+
+    make_links(tree)
+    proc = run_cli("--format", "sarif", "loop.py", "pkg", cwd=tree)
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    (run,) = doc["runs"]
+    assert [r["ruleId"] for r in run["results"]] == ["HC101"]
+    notes = run["invocations"][0]["toolExecutionNotifications"]
+    assert [n["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for n in notes] == [
+        "loop.py", "pkg/cycle.py", "pkg/dead.py"]
+    assert run["invocations"][0]["executionSuccessful"] is False

@@ -13,9 +13,9 @@ from lint.config import Config, ConfigError, Implementation
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = {
-    "caches/hiradix.py": ("hiradix_upstream.py.txt", "HiRadixCache"),
-    "caches/unified_radix.py": ("unified_upstream.py.txt", "UnifiedRadixCache"),
-    "caches/hi_mamba_radix.py": ("hi_mamba_upstream.py.txt", "HiMambaRadixCache"),
+    "caches/hiradix.py": ("upstream/hiradix_fixed.py.txt", "HiRadixCache"),
+    "caches/unified_radix.py": ("upstream/unified_radix.py.txt", "UnifiedRadixCache"),
+    "caches/hi_mamba_radix.py": ("upstream/hi_mamba_radix.py.txt", "HiMambaRadixCache"),
 }
 
 
@@ -36,9 +36,9 @@ def test_defaults():
 def test_this_repository_lists_the_three_implementations():
     config = config_mod.load_file(REPO / "pyproject.toml")
     assert config.implementations == (
-        Implementation("caches/hiradix.py", "HiRadixCache", "can_terminate_prefetch"),
-        Implementation("caches/unified_radix.py", "UnifiedRadixCache", "can_terminate_prefetch"),
-        Implementation("caches/hi_mamba_radix.py", "HiMambaRadixCache", "can_terminate_prefetch"),
+        Implementation("caches/hiradix.py", "HiRadixCache", "can_terminate_prefetch", fenced=True),
+        Implementation("caches/unified_radix.py", "UnifiedRadixCache", "can_terminate_prefetch", fenced=True),
+        Implementation("caches/hi_mamba_radix.py", "HiMambaRadixCache", "can_terminate_prefetch", fenced=True),
     )
     assert config.root == REPO
 
@@ -68,6 +68,13 @@ def test_no_config_found_gives_defaults(tmp_path):
         ("reduce-calls = [1]\n", ["reduce-calls = [1]", "list of strings"]),
         ('implementations = ["caches/x.py:HiRadix"]\n', ["'caches/x.py:HiRadix'", "path/to/file.py::Class.method"]),
         ('enable = ["HC999"]\n', ["unknown rule 'HC999'", "HC101"]),
+        ('fail-on-warnings = "yes"\n', ["fail-on-warnings = 'yes'", "true or false"]),
+        ('implementations = [{method = "a.py::A.m", fence = true}]\n', ["unknown key 'fence'", "fenced"]),
+        ('implementations = [{method = "a.py::A.m", fenced = 1}]\n', ["fenced = 1", "true or false"]),
+        ('implementations = [{method = "a.py::A.m", guard = "commit"}]\n', ["guard = 'commit' needs commit"]),
+        ('implementations = [{method = "a.py::A.m", guard = "vote"}]\n', ["guard = 'vote'", "decision, commit"]),
+        ('implementations = [{fenced = true}]\n', ["{'fenced': True}", "path/to/file.py::Class.method"]),
+        ('implementations = "a.py::A.m"\n', ["implementations = 'a.py::A.m'", "expected a list"]),
         ("disable = 3\n", ["disable = 3", "rule codes"]),
     ],
 )
@@ -81,6 +88,25 @@ def test_invalid_values_name_field_value_and_accepted(tmp_path, body, fragments)
     for fragment in fragments:
         assert fragment in message
     assert isinstance(info.value, ValueError)
+
+
+def test_implementation_tables(tmp_path):
+    path = write_pyproject(tmp_path, (
+        'fail-on-warnings = true\n'
+        'implementations = [\n'
+        '    "a.py::A.can_terminate_prefetch",\n'
+        '    {method = "b.py::B.can_terminate_prefetch", fenced = true},\n'
+        '    {method = "c.py::C._can_terminate_prefetch", guard = "commit", commit = ["_handle_prefetch_result"]},\n'
+        ']\n'))
+    config = config_mod.load_file(path)
+    assert config.fail_on_warnings is True
+    a, b, c = config.implementations
+    assert (a.fenced, a.guard, a.commit) == (False, "decision", ())
+    assert (b.fenced, str(b)) == (True, "b.py::B.can_terminate_prefetch")
+    assert (c.guard, c.commit, c.sidecar_fields) == ("commit", ("_handle_prefetch_result",), ("pool_transfers",))
+    assert config.implementation_for(tmp_path / "b.py", "B") == b
+    assert config.implementation_for(tmp_path / "b.py", "A") is None
+    assert config.implementation_for(tmp_path / "sub" / "b.py", "B") is None
 
 
 def test_invalid_toml_and_missing_table(tmp_path):
@@ -127,11 +153,13 @@ def test_repo_mode_lints_the_configured_implementations(tmp_path, samples, run_c
     config = config_mod.discover(tmp_path)
     result = lint_repo(config)
     assert result.errors == []
-    assert [(Path(f.path).name, f.code) for f in result.findings] == [("unified_radix.py", "HC104")]
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [
+        ("hi_mamba_radix.py", "HC107"), ("hiradix.py", "HC107"),
+        ("unified_radix.py", "HC104"), ("unified_radix.py", "HC107")]
     assert result.methods == 3
     proc = run_cli("--repo", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("caches/unified_radix.py:105:9: HC104 ")
+    assert "caches/unified_radix.py:68:9: HC104 alignment drift in 'timeout-cap'" in proc.stdout
 
 
 def test_repo_mode_missing_file_class_or_method_is_an_error(tmp_path, samples, run_cli):

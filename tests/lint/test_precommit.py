@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-yaml = pytest.importorskip("yaml")
+yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read the hook files (a test dependency)")
 
 
 def test_published_hooks():

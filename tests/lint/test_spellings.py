@@ -6,8 +6,13 @@ import itertools
 
 import pytest
 
+from pathlib import Path
+
 from lint.api import Linter, fix_source, lint_source
-from lint.config import Config
+from lint.config import Config, from_table
+from lint.rules.base import fenced
+
+FENCED = from_table(fenced("Cache"), "test", Path.cwd(), None)
 
 PARAMS = ["operation", "op", "prefetch_op"]
 VOTES = ["can_terminate", "vote", "ok_to_stop"]
@@ -68,12 +73,12 @@ def indent(block: str, spaces: int) -> str:
 
 
 def method_source(param="operation", vote="can_terminate", predicate="completed", pred_form="direct",
-                  guard="if-getattr", reduce="torch", guard_at="after-predicate") -> str:
+                  guard="if-getattr", reduce="torch", guard_at="after-predicate", evidence=False) -> str:
     fill = {"O": param, "P": predicate, "V": vote}
     pred = PREDICATES[pred_form].format(**fill)
     guard_text = GUARDS[guard].format(**fill) if guard else ""
     vote_guard = GUARDS[guard].format(**{**fill, "P": vote}) if guard else ""
-    lines = [
+    lines: list[str] = [
         "import time",
         "import torch",
         "import torch.distributed as dist",
@@ -83,6 +88,14 @@ def method_source(param="operation", vote="can_terminate", predicate="completed"
         "    def _prefetch_completed(self, op):",
         "        return op.completed_tokens >= len(op.hash_value) * self.page_size",
         "",
+    ]
+    if evidence:  # another method reads the pool fields on the operation
+        lines += [
+            "    def _extras_pending(self, op):",
+            "        return op.pool_transfers and not op.pool_transfers_done",
+            "",
+        ]
+    lines += [
         f"    def can_terminate_prefetch(self, {param}):",
         f"        {vote} = True",
         '        if self.prefetch_stop_policy == "best_effort":',
@@ -176,23 +189,136 @@ def test_each_guard_spelling_after_each_reduce_is_hc103(guard, reduce):
     assert "after the cross-rank reduce" in hits[0].message
 
 
+UPSTREAM_FEATURES = {**CANONICAL, "guard-key": "the vote, on completion"}
+
+
 @pytest.mark.parametrize("param", PARAMS)
 @pytest.mark.parametrize("pred_form", list(PREDICATES))
 def test_missing_guard_is_fixed_with_the_files_names(param, pred_form):
-    text = method_source(param=param, pred_form=pred_form, guard=None, guard_at="nowhere")
+    text = method_source(param=param, pred_form=pred_form, guard=None, guard_at="nowhere", evidence=True)
     assert [f.code for f in lint_source(text).findings] == ["HC101"]
-    fixed = fix_source(text)
-    assert f"and {param}.pool_transfers and not {param}.pool_transfers_done:" in fixed
-    assert [str(f) for f in lint_source(fixed).findings] == []
+    fixed = fix_source(text, FENCED)
+    assert f"        if {'completed'} and {param}.pool_transfers and not {param}.pool_transfers_done:\n" in fixed
+    assert [str(f) for f in lint_source(fixed, FENCED).findings] == []
     assert features(fixed) == CANONICAL
+    # not fenced: upstream's guard after the policy branches, a warning left
+    fixed = fix_source(text)
+    assert f"\n            can_terminate = False\n        terminated = {param}.is_terminated()\n" in fixed
+    assert [f.code for f in lint_source(fixed).findings] == ["HC107"]
+    assert features(fixed) == UPSTREAM_FEATURES
+
+
+def test_missing_guard_without_evidence_is_not_fixed():
+    text = method_source(guard=None, guard_at="nowhere")
+    (finding,) = lint_source(text, FENCED).findings
+    assert (finding.code, finding.fixable) == ("HC101", False)
+    assert fix_source(text, FENCED) == text
 
 
 @pytest.mark.parametrize("guard", ["if-getattr", "if-attr", "and-assign", "iand", "nested", "alias-pending"])
 def test_vote_keyed_guard_is_moved_onto_the_predicate(guard):
     text = method_source(guard=guard, guard_at="on-vote")
-    fixed = fix_source(text)
-    assert [str(f) for f in lint_source(fixed).findings] == []
+    fixed = fix_source(text, FENCED)
+    assert [str(f) for f in lint_source(fixed, FENCED).findings] == []
     assert features(fixed) == CANONICAL
+    fixed = fix_source(text)
+    assert [f.code for f in lint_source(fixed).findings] == ["HC107"]
+    assert features(fixed) == UPSTREAM_FEATURES
+
+
+# Upstream's own spellings: the condition on completion, the vote forced.
+UPSTREAM_GUARDS = {
+    "getattr": (
+        'if (\n    {P}\n    and getattr({O}, "pool_transfers", None)\n'
+        '    and not getattr({O}, "pool_transfers_done", True)\n):\n    {V} = False'
+    ),
+    "attributes": "if {P} and {O}.pool_transfers and not {O}.pool_transfers_done:\n    {V} = False",
+    "one-expression": (
+        '{V} = {V} and not ({P} and getattr({O}, "pool_transfers", None) '
+        'and not getattr({O}, "pool_transfers_done", True))'
+    ),
+    "nested": "if {P} and {O}.pool_transfers:\n    if not {O}.pool_transfers_done:\n        {V} = False",
+}
+
+
+def upstream_source(guard: str, reduce: str = "torch") -> str:
+    text = method_source(guard=None, guard_at="nowhere", reduce=reduce)
+    block = indent(UPSTREAM_GUARDS[guard].format(P="completed", O="operation", V="can_terminate"), 8)
+    return text.replace("        terminated = operation.is_terminated()\n",
+                        block + "\n        terminated = operation.is_terminated()\n")
+
+
+@pytest.mark.parametrize("guard", list(UPSTREAM_GUARDS))
+@pytest.mark.parametrize("reduce", list(REDUCES))
+def test_upstream_shape_is_one_warning_and_not_fixed_by_default(guard, reduce):
+    text = upstream_source(guard, reduce)
+    result = lint_source(text)
+    assert [f.code for f in result.findings] == ["HC107"], [str(f) for f in result.findings]
+    assert result.exit_code == 0
+    assert "issue #35012" in result.findings[0].message
+    assert fix_source(text) == text
+    assert features(text) == {**UPSTREAM_FEATURES, "reduce-op": "MAX"}
+    fixed = fix_source(text, FENCED)
+    assert fixed != text
+    assert lint_source(fixed, FENCED).findings == []
+
+
+def test_upstream_one_expression_folded_into_the_predicate_is_the_spec_form():
+    text = method_source(guard=None, guard_at="nowhere").replace(
+        "        if self.prefetch_stop_policy == \"wait_complete\":\n",
+        "        completed = completed and not (getattr(operation, \"pool_transfers\", None)"
+        " and not getattr(operation, \"pool_transfers_done\", True))\n"
+        "        if self.prefetch_stop_policy == \"wait_complete\":\n", 1)
+    assert lint_source(text).findings == []
+    assert features(text) == CANONICAL
+
+
+@pytest.mark.parametrize("form, code, fragment", [
+    ("if can_terminate and operation.pool_transfers and not operation.pool_transfers_done:\n    can_terminate = False",
+     "HC102", "conditioned on the vote"),
+    ("if operation.pool_transfers and not operation.pool_transfers_done:\n    can_terminate = False",
+     "HC102", "transfer state alone"),
+    ("if not operation.pool_transfers_done:\n    can_terminate = False", "HC102", "transfer state alone"),
+    ("if completed and operation.pool_transfers and not operation.pool_transfers_done:\n    can_terminate = True",
+     "HC101", "forces nothing to no"),
+])
+def test_wrong_vote_forcing_guards_are_errors(form, code, fragment):
+    text = method_source(guard=None, guard_at="nowhere").replace(
+        "        terminated = operation.is_terminated()\n",
+        indent(form, 8) + "\n        terminated = operation.is_terminated()\n")
+    result = lint_source(text)
+    assert [f.code for f in result.findings] == [code]
+    assert fragment in result.findings[0].message
+    assert result.exit_code == 1
+
+
+def test_upstream_reduce_through_a_self_helper_needs_no_configuration():
+    text = upstream_source("getattr").replace(
+        "        torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)\n",
+        "        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)\n").replace(
+        "    def _prefetch_completed(self, op):",
+        "    def _all_reduce_attn_groups(self, tensor, op):\n"
+        "        for group in (self.attn_cp_group, self.attn_tp_group):\n"
+        "            if group is not None:\n"
+        "                torch.distributed.all_reduce(tensor, op=op, group=group)\n\n"
+        "    def _prefetch_completed(self, op):")
+    assert "self._all_reduce_attn_groups(states" in text
+    feats = features(text)
+    assert (feats["reduce-op"], feats["reduce-payload"]) == ("MAX", "[1-vote, terminated]")
+    # the guard after the helper's reduce is after the reduce
+    moved = text.replace(UPSTREAM_GUARDS and "", "")
+    lines = moved.split("\n")
+    start = lines.index("        if (")
+    guard_lines = lines[start:start + 6]
+    del lines[start:start + 6]
+    at = lines.index("        return can_terminate or terminated")
+    lines[at:at] = guard_lines
+    hits = lint_source("\n".join(lines)).findings
+    assert [(f.code, "after the cross-rank reduce" in f.message) for f in hits] == [("HC103", True)]
+    # without the helper in the class, nothing says it reduces
+    bare = text.split("    def _all_reduce_attn_groups")[0] + "    def _prefetch_completed" + \
+        text.split("    def _prefetch_completed")[1]
+    assert features(bare)["reduce-op"] == "no reduce"
 
 
 def test_inverted_check_is_not_a_guard():

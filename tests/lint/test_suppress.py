@@ -98,9 +98,19 @@ def test_suppression_of_a_disabled_rule_is_not_unused():
 
 
 def test_suppression_covers_drift_on_the_method():
-    two = (
-        source(GUARDED)
-        + source(UNGUARDED, above="    # hicache-lint: ignore[HC101,HC104] reason: legacy\n").replace("Cache", "Legacy")
-        + source(GUARDED).replace("Cache", "Third")
-    )
-    assert codes(two) == []
+    # Legacy handles a stop policy the other two do not: 'policies' drift
+    legacy = source(UNGUARDED, above="    # hicache-lint: ignore[HC101,HC104] reason: legacy\n").replace(
+        "Cache", "Legacy").replace(
+        "        return completed\n",
+        "        if self.prefetch_stop_policy == \"best_effort\":\n            return True\n        return completed\n")
+    three = source(GUARDED) + legacy + source(GUARDED).replace("Cache", "Third")
+    assert codes(three) == []
+    unsuppressed = three.replace("ignore[HC101,HC104]", "ignore[HC101]")
+    assert [code for code, _ in codes(unsuppressed)] == ["HC104"]
+
+
+def test_drift_does_not_repeat_the_missing_guard():
+    # the guard's absence is HC101's finding; a stale HC104 suppression says so
+    two = source(GUARDED) + source(
+        UNGUARDED, above="    # hicache-lint: ignore[HC101,HC104] reason: legacy\n").replace("Cache", "Legacy")
+    assert codes(two) == [("HC105", 10)]

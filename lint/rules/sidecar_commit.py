@@ -1,0 +1,136 @@
+"""HC108: in the ACK-drain shape, sidecar results committed or released without the done check."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from lint.analysis import MethodAnalysis
+from lint.findings import Finding
+from lint.rules.base import EXAMPLE_PATH, Invalid, MethodRule, Table, Valid
+
+# Hand-written in the shape of SGLang's 0.5.2x UnifiedRadixCache (no HiRadixCache
+# there): the decision votes only the timeout; check_prefetch_progress terminates
+# and hands the result to _handle_prefetch_result, which owns
+# host_indices[:completed_tokens] and the sidecar hits only when
+# pool_transfers_done; the ACK drain MIN-reduces what every rank finished.
+ACK_DRAIN = '''
+import torch
+
+
+class UnifiedRadixCache:
+    def _can_terminate_prefetch(self, operation):
+        return self._prefetch_timed_out(operation)
+
+    def check_prefetch_progress(self, req_id):
+        operation = self.ongoing_prefetch[req_id]
+        should_terminate = operation.is_terminated() or self._can_terminate_prefetch(operation)
+        if not should_terminate:
+            return False
+        self.cache_controller.terminate_prefetch(operation)
+        if operation.host_indices is None:
+            self._revoke_prefetch(req_id)
+        else:
+            self._handle_prefetch_result(operation)
+        return True
+
+    def _handle_prefetch_result(self, operation):
+        tokens = operation.completed_tokens
+        kv_slots = operation.host_indices[:tokens]
+        hits = {}
+        if operation.pool_transfers_done:
+            for transfer in operation.pool_transfers:
+                hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]
+        inserted = self._insert_host(operation.last_node, operation.token_ids[:tokens], kv_slots, hits)
+        self.host_pool.free(kv_slots[inserted:])
+        self.host_pool.free(operation.host_indices[tokens:])
+
+    def _drain_prefetch_acks(self):
+        finished = [op for op in self.ack_queue if op.io_finished()]
+        agreed = torch.tensor([len(finished)], dtype=torch.int)
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=self.tp_group)
+        for operation in finished[: agreed.item()]:
+            self.ack_queue.remove(operation)
+            if not operation.pool_transfers_done:
+                continue  # the sidecar reads are still running: their slots stay owned
+            for transfer in operation.pool_transfers:
+                self.sidecar_pool(transfer.pool).free(transfer.unused_slots())
+'''
+
+ACK_DRAIN_CONFIG: Table = {"implementations": [{
+    "method": f"{EXAMPLE_PATH}::UnifiedRadixCache._can_terminate_prefetch",
+    "guard": "commit",
+    "commit": ["_handle_prefetch_result", "_drain_prefetch_acks"],
+}]}
+
+
+class SidecarCommitGuard(MethodRule):
+    """Where the configuration puts the pool-transfer check in the commit path
+    (`guard = "commit"`, as in SGLang's 0.5.2x UnifiedRadixCache, whose
+    decision votes only the timeout), every sidecar result the commit methods
+    insert into the tree or release to a pool must be used only once
+    `pool_transfers_done` holds: inserting a sidecar hit whose read is still
+    running pairs KV with half-written pages, and releasing its slots lets the
+    read write into memory someone else now owns (the use-after-free of
+    sglang PR #31668). Reported at each unguarded use (a read of a sidecar
+    field, or a call of a helper that makes one), or once when no commit
+    method checks the flag at all."""
+
+    code = "HC108"
+    name = "sidecar-commit-guard"
+    summary = "sidecar results committed or released outside a pool_transfers_done check"
+    clauses = ("F5", "F3")
+
+    VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG),)
+    INVALID = (
+        # sidecar hits inserted whatever the state of their reads
+        Invalid(ACK_DRAIN.replace(
+            "        if operation.pool_transfers_done:\n"
+            "            for transfer in operation.pool_transfers:\n"
+            "                hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]\n",
+            "        for transfer in operation.pool_transfers:\n"
+            "            hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]\n"),
+            line=25, message="('pool_transfers') outside a pool_transfers_done check", config=ACK_DRAIN_CONFIG),
+        # the drain frees sidecar slots while their reads may still run
+        Invalid(ACK_DRAIN.replace(
+            "            if not operation.pool_transfers_done:\n"
+            "                continue  # the sidecar reads are still running: their slots stay owned\n", ""),
+            line=38, config=ACK_DRAIN_CONFIG),
+        # through a helper of the same class
+        Invalid(ACK_DRAIN.replace(
+            "        hits = {}\n"
+            "        if operation.pool_transfers_done:\n"
+            "            for transfer in operation.pool_transfers:\n"
+            "                hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]\n",
+            "        hits = self._sidecar_hits(operation)\n") + '''
+    def _sidecar_hits(self, operation):
+        return {t.pool: t.host_indices[: t.completed_pages] for t in operation.pool_transfers}
+''', line=24, message="self._sidecar_hits(...)", config=ACK_DRAIN_CONFIG),
+        # nothing in the commit path looks at the flag
+        Invalid(ACK_DRAIN.replace("        if operation.pool_transfers_done:\n", "        if operation.hash_value:\n")
+                .replace("            if not operation.pool_transfers_done:\n", "            if not operation.revoked:\n"),
+                line=21, message="none of", config=ACK_DRAIN_CONFIG),
+    )
+
+    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+        path = method.commit
+        if path is None or not path.methods:
+            return
+        cls = method.site.class_qualname
+        if not path.checks_done:
+            first = path.methods[0]
+            line = path.def_lines[first]
+            yield self._finding(method, cls, first, line, method.column_of_line(line),
+                                f"none of {', '.join(f'{cls}.{n}' for n in path.methods)} checks "
+                                f"pool_transfers_done, where the configuration puts the check: sidecar results "
+                                f"are committed or released whatever the state of their reads")
+            return
+        for use in path.unguarded:
+            yield self._finding(
+                method, cls, use.method, use.line, use.col,
+                f"{cls}.{use.method} commits or releases sidecar results ('{use.what}') outside a "
+                f"pool_transfers_done check: a read still in flight is inserted, or writes into slots "
+                f"already released (sglang PR #31668)")
+
+    def _finding(self, method: MethodAnalysis, cls: str, name: str, line: int, col: int, message: str) -> Finding:
+        assert method.commit is not None
+        return Finding(method.path, line, col, self.code, message, f"{cls}.{name}", method.commit.def_lines[name])
