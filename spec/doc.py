@@ -49,7 +49,7 @@ def render() -> str:
         for c in CATALOGUE.values():
             if c.group != group:
                 continue
-            add(f'<a id="{c.id}"></a>\n')
+            add(f'<a id="{c.id.lower()}"></a>\n')
             add(f"#### {c.id}. {c.title}\n")
             add(f"{c.statement}\n")
             add(f"- Why: {c.rationale}")
