@@ -18,7 +18,7 @@ This spec's form (D3) sets the completion predicate instead.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from spec.config import Policy
 from spec.decision import DecisionState, combine, enumerate_states, local_vote, vote_clause
@@ -72,3 +72,22 @@ def deviations(shape: GuardShape, page_size: int = 4) -> Iterator[Deviation]:
             yield Deviation(state, vote_clause(state), ours, theirs,
                             combine([ours], [state.terminated]) if state.policy.uses_collective else True,
                             upstream_decision(state, shape))
+
+
+# What a run whose votes deviate in exactly one shape's rows is, in words (the report's).
+SHAPE_SUMMARY = {
+    GuardShape.NO_GUARD: "upstream before its extra-pool guard (HiRadixCache at 991689fd0~1): KV completion alone ends the wait while pool IO is still writing",
+    GuardShape.VOTE_FORCING: "upstream's vote-forcing guard (PR #27550): timeout cannot end the wait while pool IO is pending",
+}
+
+
+def matching_shapes(deviating: Iterable[DecisionState], policies: Iterable[Policy | str] | None = None, page_size: int = 4) -> list[GuardShape]:
+    """The upstream shapes whose vote deviations are exactly `deviating`, over the policies that were checked.
+
+    `deviating`: the decision-table states (page size `page_size`) where a run's
+    recorded vote differed from the spec's; `policies`: the policies whose rows
+    the run checked (all of them when None). Empty when the run matches no shape.
+    """
+    checked = {Policy.parse(p) for p in policies} if policies is not None else set(Policy)
+    seen = {s for s in deviating if s.policy in checked}
+    return [shape for shape in GuardShape if {d.state for d in deviations(shape, page_size) if d.state.policy in checked} == seen]

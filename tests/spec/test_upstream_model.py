@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spec.config import Policy
 from spec.decision import DecisionState, enumerate_states, local_vote
-from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations, upstream_decision, upstream_vote
+from spec.upstream import DEVIATION_CLAUSES, SHAPE_SUMMARY, GuardShape, deviations, matching_shapes, upstream_decision, upstream_vote
 
 
 def state(**changes) -> DecisionState:
@@ -47,3 +47,16 @@ def test_both_shapes_agree_with_the_spec_everywhere_else():
             if s not in differing:
                 assert upstream_vote(s, shape) == local_vote(s)
     assert upstream_vote(state(policy="best_effort"), GuardShape.VOTE_FORCING) is True
+
+
+def test_a_run_is_matched_to_the_shape_whose_rows_it_deviates_in():
+    for shape in GuardShape:
+        rows = [d.state for d in deviations(shape)]
+        assert matching_shapes(rows) == [shape]
+        # Only the policies a run checked count: its timeout rows alone still say which shape.
+        timeout_rows = [s for s in rows if s.policy is Policy.TIMEOUT]
+        assert matching_shapes(timeout_rows, policies=["timeout"]) == [shape]
+    assert matching_shapes([]) == []  # the spec itself is no upstream shape
+    one_of_two = [d.state for d in deviations(GuardShape.VOTE_FORCING)][:1]
+    assert matching_shapes(one_of_two) == []
+    assert all(shape in SHAPE_SUMMARY for shape in GuardShape)
