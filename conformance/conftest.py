@@ -22,6 +22,7 @@ from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
 from conformance.expectations import Expectations, collect as collect_expected_failures
+from conformance.failures import failure_properties
 from conformance.gates import Gate
 from conformance.loader import load_adapters
 from conformance.report import MATCHED_KEY, MatrixRecorder, item_properties
@@ -161,6 +162,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[MATCHED_KEY] = sorted(harness.expectations.matched)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed phase's report carries the clauses its failure names (conformance/failures.py), for the matrix."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)
