@@ -24,7 +24,7 @@ from conformance.capabilities import require
 from conformance.expectations import Expectations, collect as collect_expected_failures
 from conformance.failures import failure_properties
 from conformance.gates import Gate
-from conformance.loader import load_adapters
+from conformance.loader import load_adapters, load_checkout_adapters
 from conformance.report import MATCHED_KEY, MatrixRecorder, item_properties
 from spec.clauses import CATALOGUE
 from spec.clock import ManualClock
@@ -40,6 +40,7 @@ class Harness:
     adapters: list
     expectations: Expectations
     distributed: bool  # xdist worker or controller: one "cuda" param
+    missing: list = field(default_factory=list)  # (implementation, why not run): classes a --sglang checkout lacks
     _device_params: list[devices.DeviceParam] | None = field(default=None, repr=False)
 
     def device_params(self) -> list[devices.DeviceParam]:
@@ -62,6 +63,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run this adapter (repeatable) instead of the registered entry points")
     group.addoption("--conformance-report", default=None, metavar="PATH",
                     help="write the conformance matrix as PATH.json and PATH.md")
+    group.addoption("--sglang", default=None, metavar="PATH",
+                    help="also run SGLang's own decision code, read from the checkout at PATH (its root), as sglang:hiradix, sglang:unified_radix, sglang:hi_mamba_radix")
+    group.addoption("--sglang-shim", default=None, metavar="MODULE:FACTORY",
+                    help="the factory turning --sglang PATH into adapters (default: the 'sglang' entry point of hicache_conformance.checkout_adapters)")
     group.addoption("--expected-failures", action="append", default=[], metavar="PATH",
                     help="TOML file of [[xfail]] entries (test, reason, optional clause and impl; impl defaults to the file's stem); repeatable")
 
@@ -90,11 +95,12 @@ def pytest_configure(config: pytest.Config) -> None:
         specs = config.getoption("--cache-impl")
         prefix = "" if isinstance(exc, ConfigError) else f"loading adapters {specs or '(entry points)'} failed: "
         raise pytest.UsageError(prefix + _one_line(exc)) from None
+    missing = _add_checkout_adapters(config, adapters)
     try:
         entries = collect_expected_failures(adapters, config.getoption("--expected-failures"))
     except ConfigError as exc:
         raise pytest.UsageError(_one_line(exc)) from None
-    harness = Harness(adapters, Expectations(entries), workerinput is not None or _distributing(config))
+    harness = Harness(adapters, Expectations(entries), workerinput is not None or _distributing(config), missing)
     config.stash[HARNESS] = harness
     if workerinput is None:
         recorder = MatrixRecorder(
@@ -103,8 +109,25 @@ def pytest_configure(config: pytest.Config) -> None:
             expectations=harness.expectations,
             clause_titles={cid: clause.title for cid, clause in CATALOGUE.items()},
             report_path=config.getoption("--conformance-report"),
+            missing=missing,
         )
         config.pluginmanager.register(recorder, "conformance-matrix")
+
+
+def _add_checkout_adapters(config: pytest.Config, adapters: list) -> list[tuple[str, str]]:
+    """--sglang PATH: append the checkout's adapters; returns the classes it lacks, with why."""
+    path = config.getoption("--sglang")
+    if path is None:
+        return []
+    try:
+        found, missing = load_checkout_adapters("sglang", path, config.getoption("--sglang-shim"))
+    except Exception as exc:  # the factory's own error, on one line
+        raise pytest.UsageError(f"--sglang {path}: " + _one_line(exc)) from None
+    clash = sorted({a.name for a in found} & {a.name for a in adapters})
+    if clash:
+        raise pytest.UsageError(f"--sglang {path}: adapter names {clash} are already taken")
+    adapters.extend(found)
+    return missing
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -112,8 +135,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if harness is None:
         return []
     where = "one GPU per xdist worker" if harness.distributed else "every visible GPU in this process"
-    return [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
-            f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
+    lines = [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
+             f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
+    return lines + [f"conformance: {name} not run: {why}" for name, why in harness.missing]
 
 
 def _clause_ids(item: pytest.Item) -> list[str]:

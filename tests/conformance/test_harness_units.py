@@ -293,3 +293,29 @@ def test_matrix_recorder_sums_explored_interleavings_per_implementation():
     for rep in (report("t1", "a", 8), report("t2", "a", 52), report("t3", "b", 16), report("t3", "b", 16, when="teardown")):
         recorder.pytest_runtest_logreport(rep)
     assert recorder.interleavings == {"a": 60, "b": 16}
+
+
+# --- adapters from a checkout (--sglang) ----------------------------------------------------------
+
+def test_checkout_adapters_come_from_the_entry_point_or_a_named_factory(monkeypatch):
+    from conformance import loader
+
+    monkeypatch.setattr(loader, "entry_points", lambda group: [])
+    with pytest.raises(ConfigError, match=r"'sglang' entry point in hicache_conformance.checkout_adapters \(reinstall hicache-conformance\), or name the factory with --sglang-shim"):
+        loader.load_checkout_adapters("sglang", "/some/checkout")
+    checkout = Path(__file__).resolve().parents[1] / "sglang_checkouts" / "fixed"
+    adapters, missing = loader.load_checkout_adapters("sglang", str(checkout), "caches.upstream_decision:sglang_adapters")
+    assert [a.name for a in adapters] == ["sglang:hiradix", "sglang:unified_radix", "sglang:hi_mamba_radix"] and missing == []
+    with pytest.raises(ConfigError, match=r"invalid --sglang-shim: 'caches.adapters:no_such_factory' \(accepted: a callable named"):
+        loader.load_checkout_adapters("sglang", str(checkout), "caches.adapters:no_such_factory")
+    with pytest.raises(ConfigError, match=r"invalid builtins:str: 'str' \(accepted: a factory returning \(adapters, \[\(name, why missing\)\]\)\)"):
+        loader.load_checkout_adapters("sglang", str(checkout), "builtins:str")
+
+
+def test_pyproject_registers_the_sglang_shim():
+    from conformance.expectations import _toml
+
+    if _toml is None:
+        pytest.skip("no TOML reader (Python < 3.11 without tomli)")
+    data = _toml.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert data["project"]["entry-points"]["hicache_conformance.checkout_adapters"] == {"sglang": "caches.upstream_decision:sglang_adapters"}
