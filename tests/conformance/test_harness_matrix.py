@@ -226,6 +226,9 @@ def test_report_has_the_schema(single):
     assert [n.split("::")[1] for n in data["failing"]["good"]["cpu"]["naming_no_clause"]] == ["test_fixed_already[good]"]
     assert data["decision_table"] == {} and data["not_run"] == []
     assert "### broken" in markdown and "| S5 | " in markdown and "STALE" in markdown
+    assert "`fail` failed here (a test failed naming this clause); `fail-other` a test citing it failed for another clause" in markdown
+    assert "| F3 | Commit clamped to every ALL_PAGES pool | fail-other | fail-other |" in markdown
+    assert "- cpu, failed here, L3: L3: the ranks ran different collectives" in markdown
 
 
 def test_ids_are_impl_then_device_then_own_params(single):

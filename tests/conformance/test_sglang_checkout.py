@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHECKOUTS = REPO / "tests" / "sglang_checkouts"
 SHIM = "caches.upstream_decision:sglang_adapters"
 RUN_TIMEOUT_S = 300
-# The decision table, the timeout budget, the guard's placement, and one multi-rank scenario on each policy.
-SELECTION = "sglang and (test_every_decision_state or test_timeout_budget or test_guard_enters or (test_extra_pool_pending_on_one_rank and 2ranks))"
+# The decision table, the timeout budget, the guard's placement, the timeout with a pool transfer held, and one
+# multi-rank scenario (upstream's code then reduces through the shim's torch.distributed).
+SELECTION = ("sglang and (test_every_decision_state or test_timeout_budget or test_guard_enters or test_io_past_the_timeout"
+             " or (test_extra_pool_pending_on_one_rank and timeout-2ranks))")
 VOTE_FORCING = "matches upstream's vote-forcing guard (PR #27550): timeout cannot end the wait while pool IO is pending"
 NO_GUARD = "matches upstream before its extra-pool guard (HiRadixCache at 991689fd0~1)"
 
