@@ -67,16 +67,15 @@ def summarize(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One implementation/device's table tests -> {policies, rows, matches}."""
     policies = sorted({e["policy"] for e in entries})
     rows = [r for e in entries for r in e["rows"]]
-    first_placement = {}  # the vote deviations, one per state (the first placement of each)
+    observed: dict[DecisionState, tuple[bool | None, bool]] = {}  # one (vote, decision) per state: its first placement
     for r in rows:
-        if r["got_vote"] is not None and r["got_vote"] != r["expected_vote"]:
-            first_placement.setdefault(json.dumps(r["state"], sort_keys=True), r["state"])
-    states = [DecisionState(**{**s, "policy": Policy.parse(s["policy"])}) for s in first_placement.values()]
-    page_sizes = {s.page_size for s in states} or {4}
+        state = DecisionState(**{**r["state"], "policy": Policy.parse(r["state"]["policy"])})
+        observed.setdefault(state, (r["got_vote"], r["got_decision"]))
+    page_sizes = {s.page_size for s in observed} or {4}
     if not rows:
         matches = SPEC_MATCH
     else:
-        shapes = matching_shapes(states, policies, page_size=page_sizes.pop()) if len(page_sizes) == 1 else []
+        shapes = matching_shapes(observed, policies, page_size=page_sizes.pop()) if len(page_sizes) == 1 else []
         if shapes:
             matches = "matches " + "; ".join(SHAPE_SUMMARY[s] for s in shapes)
         else:

@@ -18,10 +18,10 @@ This spec's form (D3) sets the completion predicate instead.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from spec.config import Policy
-from spec.decision import DecisionState, combine, enumerate_states, local_vote, vote_clause
+from spec.decision import DecisionState, combine, decide, enumerate_states, local_vote, vote_clause
 
 
 class GuardShape(str, Enum):
@@ -81,13 +81,26 @@ SHAPE_SUMMARY = {
 }
 
 
-def matching_shapes(deviating: Iterable[DecisionState], policies: Iterable[Policy | str] | None = None, page_size: int = 4) -> list[GuardShape]:
-    """The upstream shapes whose vote deviations are exactly `deviating`, over the policies that were checked.
+def matching_shapes(observed: Mapping[DecisionState, tuple[bool | None, bool]], policies: Iterable[Policy | str] | None = None,
+                    page_size: int = 4) -> list[GuardShape]:
+    """The upstream shapes that disagree with the spec in exactly the rows a run observed, the same way.
 
-    `deviating`: the decision-table states (page size `page_size`) where a run's
-    recorded vote differed from the spec's; `policies`: the policies whose rows
-    the run checked (all of them when None). Empty when the run matches no shape.
+    `observed` maps each decision-table state (page size `page_size`) where a
+    run's recorded vote or its decision differed from the spec's to that
+    (vote, decision); `policies` are the policies whose rows the run checked
+    (all when None). Empty when no shape matches (the spec itself is none).
     """
     checked = {Policy.parse(p) for p in policies} if policies is not None else set(Policy)
-    seen = {s for s in deviating if s.policy in checked}
-    return [shape for shape in GuardShape if {d.state for d in deviations(shape, page_size) if d.state.policy in checked} == seen]
+    seen = {state: tuple(got) for state, got in observed.items() if state.policy in checked}
+    out = []
+    for shape in GuardShape:
+        model = {}
+        for state in enumerate_states(page_size):
+            if state.policy not in checked:
+                continue
+            got = (upstream_vote(state, shape), upstream_decision(state, shape))
+            if got != (local_vote(state), decide([state])):
+                model[state] = got
+        if model == seen:
+            out.append(shape)
+    return out

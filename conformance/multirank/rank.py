@@ -383,7 +383,8 @@ class CacheHandle:
         label = f"cache {self.index} check {self._steps}"
         key = f"cache{self.index}/check{self._steps}"
         self.ctx.phase(f"{label} over {list(ids)}")
-        untracked = self.aborted | set(self.committed)
+        # Ids this rank dropped, finished, or never queued: it joins their collectives neutrally (X4).
+        untracked = self.aborted | set(self.committed) | {op for op in ids if not self.ctx.result.requested.get(op)}
         mark = len(self.trace.events())
 
         published: set[str] = set()
