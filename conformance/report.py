@@ -27,7 +27,7 @@ import pytest
 from conformance import decision_rows
 from conformance.devices import ANY_DEVICE
 from conformance.failures import read_failed
-from conformance.report_render import render_markdown, render_terminal, write_report
+from conformance.report_render import render_terminal, write_report
 
 PROP_IMPL = "conformance.impl"
 PROP_DEVICE = "conformance.device"

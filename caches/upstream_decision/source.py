@@ -169,12 +169,12 @@ class _Walk:
                 continue
             root, *attrs = chain
             if root == me:
-                self._check_self(attrs, node, fn.name)
+                self._check_self(attrs, node)
             elif root in operation_params:
                 if attrs and attrs[0] not in OPERATION_NAMES:
                     self._miss(f"{root}.{attrs[0]} (the operation)", node)
             elif root in namespaces:
-                self._check_self([namespaces[root], *attrs], node, fn.name)
+                self._check_self([namespaces[root], *attrs], node)
             elif root not in local and root not in _BUILTINS:
                 dotted = ".".join(chain)
                 if root not in GLOBAL_ROOTS or dotted not in GLOBAL_NAMES:
@@ -182,7 +182,7 @@ class _Walk:
                 elif dotted == "time.monotonic":
                     self.timeout_helpers.add(fn.name)
 
-    def _check_self(self, attrs: list[str], node: ast.AST, caller: str) -> None:
+    def _check_self(self, attrs: list[str], node: ast.AST) -> None:
         if not attrs:
             return  # self passed on as a whole: its reads are checked where they happen
         head = attrs[0]
@@ -201,7 +201,7 @@ class _Walk:
             target, attribute = call.args[0], call.args[1]
             if isinstance(target, ast.Name) and isinstance(attribute, ast.Constant) and isinstance(attribute.value, str):
                 if target.id == me:
-                    self._check_self([attribute.value], call, "")
+                    self._check_self([attribute.value], call)
                 elif target.id in operation_params and attribute.value not in OPERATION_NAMES:
                     self._miss(f"{target.id}.{attribute.value} (the operation, via {func.id})", call)
             return
