@@ -31,6 +31,13 @@ from spec.trace import TraceRecorder
 
 ENTRY_POINT_GROUP = "hicache_conformance.adapters"
 
+# Factories that turn a checkout of another project into adapters, by entry
+# point name (`--sglang PATH` uses the one named "sglang"):
+#   factory(path) -> (adapters, [(adapter name, why it is missing)])
+# A class the checkout lacks is reported, not raised; a bad path or code the
+# factory cannot run raises one ValueError line.
+CHECKOUT_ENTRY_POINT_GROUP = "hicache_conformance.checkout_adapters"
+
 # Capabilities an adapter may declare; tests needing one skip (with a reason) without it.
 CAPABILITIES = {
     "pool:indexer": "runs with an ALL_PAGES side pool that reuses the KV slot numbers",

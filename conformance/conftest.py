@@ -22,8 +22,9 @@ from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
 from conformance.expectations import Expectations, collect as collect_expected_failures
+from conformance.failures import failure_properties
 from conformance.gates import Gate
-from conformance.loader import load_adapters
+from conformance.loader import load_adapters, load_checkout_adapters
 from conformance.report import MATCHED_KEY, MatrixRecorder, item_properties
 from spec.clauses import CATALOGUE
 from spec.clock import ManualClock
@@ -39,6 +40,7 @@ class Harness:
     adapters: list
     expectations: Expectations
     distributed: bool  # xdist worker or controller: one "cuda" param
+    missing: list = field(default_factory=list)  # (implementation, why not run): classes a --sglang checkout lacks
     _device_params: list[devices.DeviceParam] | None = field(default=None, repr=False)
 
     def device_params(self) -> list[devices.DeviceParam]:
@@ -61,6 +63,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run this adapter (repeatable) instead of the registered entry points")
     group.addoption("--conformance-report", default=None, metavar="PATH",
                     help="write the conformance matrix as PATH.json and PATH.md")
+    group.addoption("--sglang", default=None, metavar="PATH",
+                    help="also run SGLang's own decision code, read from the checkout at PATH (its root), as sglang:hiradix, sglang:unified_radix, sglang:hi_mamba_radix")
+    group.addoption("--sglang-shim", default=None, metavar="MODULE:FACTORY",
+                    help="the factory turning --sglang PATH into adapters (default: the 'sglang' entry point of hicache_conformance.checkout_adapters)")
     group.addoption("--expected-failures", action="append", default=[], metavar="PATH",
                     help="TOML file of [[xfail]] entries (test, reason, optional clause and impl; impl defaults to the file's stem); repeatable")
 
@@ -89,11 +95,12 @@ def pytest_configure(config: pytest.Config) -> None:
         specs = config.getoption("--cache-impl")
         prefix = "" if isinstance(exc, ConfigError) else f"loading adapters {specs or '(entry points)'} failed: "
         raise pytest.UsageError(prefix + _one_line(exc)) from None
+    missing = _add_checkout_adapters(config, adapters)
     try:
         entries = collect_expected_failures(adapters, config.getoption("--expected-failures"))
     except ConfigError as exc:
         raise pytest.UsageError(_one_line(exc)) from None
-    harness = Harness(adapters, Expectations(entries), workerinput is not None or _distributing(config))
+    harness = Harness(adapters, Expectations(entries), workerinput is not None or _distributing(config), missing)
     config.stash[HARNESS] = harness
     if workerinput is None:
         recorder = MatrixRecorder(
@@ -102,8 +109,25 @@ def pytest_configure(config: pytest.Config) -> None:
             expectations=harness.expectations,
             clause_titles={cid: clause.title for cid, clause in CATALOGUE.items()},
             report_path=config.getoption("--conformance-report"),
+            missing=missing,
         )
         config.pluginmanager.register(recorder, "conformance-matrix")
+
+
+def _add_checkout_adapters(config: pytest.Config, adapters: list) -> list[tuple[str, str]]:
+    """--sglang PATH: append the checkout's adapters; returns the classes it lacks, with why."""
+    path = config.getoption("--sglang")
+    if path is None:
+        return []
+    try:
+        found, missing = load_checkout_adapters("sglang", path, config.getoption("--sglang-shim"))
+    except Exception as exc:  # the factory's own error, on one line
+        raise pytest.UsageError(f"--sglang {path}: " + _one_line(exc)) from None
+    clash = sorted({a.name for a in found} & {a.name for a in adapters})
+    if clash:
+        raise pytest.UsageError(f"--sglang {path}: adapter names {clash} are already taken")
+    adapters.extend(found)
+    return missing
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -111,8 +135,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if harness is None:
         return []
     where = "one GPU per xdist worker" if harness.distributed else "every visible GPU in this process"
-    return [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
-            f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
+    lines = [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
+             f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
+    return lines + [f"conformance: {name} not run: {why}" for name, why in harness.missing]
 
 
 def _clause_ids(item: pytest.Item) -> list[str]:
@@ -161,6 +186,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[MATCHED_KEY] = sorted(harness.expectations.matched)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed phase's report carries the clauses its failure names (conformance/failures.py), for the matrix."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)

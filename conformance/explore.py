@@ -543,6 +543,7 @@ class _Run:
 
     def _check_outcome(self, cache: Any, tokens: list[int], data: dict) -> None:
         s = self.scenario
+        assert_decisions_conform(self.trace, s.termination)  # a wrong vote first: what follows from it is not L1's
         if s.policy == "wait_complete" and self.aborts == 0:
             assert self.committed == s.tokens, f"L1: wait_complete committed {self.committed} of {s.tokens} tokens although every IO succeeded"
         loaded = check_outcome(cache, self.trace, s.termination, tokens, data, self.committed)
@@ -550,6 +551,12 @@ class _Run:
 
 
 # --- the checks every run (and every fault scenario) ends with -------------------------------
+
+def assert_decisions_conform(trace: TraceRecorder, config: TerminationConfig) -> None:
+    """The recorded votes and decisions against the spec (D1-D5, X1), before any consequence of them is judged."""
+    violations = check(trace.trace(), config, clauses=["D", "X1"])
+    assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])
+
 
 def spec_violations(trace: TraceRecorder, config: TerminationConfig) -> list[Any]:
     """spec.invariants.check over the whole trace."""
@@ -565,6 +572,7 @@ def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, t
     Returns what was loaded.
     """
     ps = config.page_size
+    assert_decisions_conform(trace, config)
     assert 0 <= committed <= len(tokens) and committed % ps == 0, (
         f"committed {committed} tokens: not a whole number of pages within the {len(tokens)} requested"
     )

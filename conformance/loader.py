@@ -6,22 +6,22 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
 
-from conformance.adapter import ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter
+from conformance.adapter import CHECKOUT_ENTRY_POINT_GROUP, ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter
 from spec.errors import ConfigError
 
 
-def load_factory(spec: str) -> Callable[[], Any]:
+def load_factory(spec: str, option: str = "--cache-impl") -> Callable[..., Any]:
     """'package.module:factory' -> the factory callable."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError("--cache-impl", spec, "'package.module:factory'")
+        raise ConfigError(option, spec, "'package.module:factory'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError("--cache-impl", spec, f"an importable module ({exc})") from None
+        raise ConfigError(option, spec, f"an importable module ({exc})") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise ConfigError("--cache-impl", spec, f"a callable named {attr!r} in {module_name}")
+        raise ConfigError(option, spec, f"a callable named {attr!r} in {module_name}")
     return factory
 
 
@@ -50,3 +50,27 @@ def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True) ->
     if not adapters:
         raise ConfigError("--cache-impl", None, f"at least one adapter (none given and no '{ENTRY_POINT_GROUP}' entry points)")
     return adapters
+
+
+def load_checkout_adapters(kind: str, path: str, factory_spec: str | None = None) -> tuple[list[CacheAdapter], list[tuple[str, str]]]:
+    """Adapters for a checkout of another project (`--sglang PATH`), and the classes it lacks, with why.
+
+    The factory is the entry point `kind` of CHECKOUT_ENTRY_POINT_GROUP, or
+    factory_spec ('package.module:factory') when given.
+    """
+    option = f"--{kind}-shim"
+    if factory_spec:
+        factory = load_factory(factory_spec, option)
+        origin = factory_spec
+    else:
+        found = [ep for ep in entry_points(group=CHECKOUT_ENTRY_POINT_GROUP) if ep.name == kind]
+        if not found:
+            raise ConfigError(f"--{kind}", path, f"a registered '{kind}' entry point in {CHECKOUT_ENTRY_POINT_GROUP} "
+                              f"(reinstall hicache-conformance), or name the factory with {option} package.module:factory")
+        factory = found[0].load()
+        origin = f"entry point {kind}"
+    result = factory(path)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ConfigError(origin, type(result).__name__, "a factory returning (adapters, [(name, why missing)])")
+    adapters, missing = result
+    return [check_adapter(a, origin) for a in adapters], [(str(name), str(why)) for name, why in missing]

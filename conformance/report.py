@@ -1,16 +1,21 @@
 """The conformance matrix: implementation x device x clause, from test reports.
 
 Each implementation test carries its impl, device and clauses in
-item.user_properties, which travel inside test reports, so the controller of an
-xdist run builds the same matrix a single process does. A clause's status for
-(impl, device): fail if any test citing it failed, else pass if any passed,
-else xfail, else skip, else uncovered. A test that takes no device counts for
-every device of its implementation.
+item.user_properties, and a failed one also the clauses its failure names
+(conformance/failures.py); both travel inside test reports, so the
+controller of an xdist run builds the same matrix a single process does.
+
+A clause's status for (impl, device), strongest first:
+- fail: a test failed naming this clause (its rule broke here);
+- fail-other: a test citing this clause failed, naming another clause (or none);
+- pass, xfail, skip: the tests citing it did so;
+- uncovered: no test cites it.
+A test that takes no device counts for every device of its implementation.
+Rendering (terminal, Markdown) is in conformance/report_render.py.
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import subprocess
 from dataclasses import dataclass, field
@@ -19,14 +24,17 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pytest
 
+from conformance import decision_rows
 from conformance.devices import ANY_DEVICE
+from conformance.failures import read_failed
+from conformance.report_render import render_terminal, write_report
 
 PROP_IMPL = "conformance.impl"
 PROP_DEVICE = "conformance.device"
 PROP_CLAUSES = "conformance.clauses"
 
-# Matrix statuses, strongest first; test outcomes use the first four.
-STATUSES = ("fail", "pass", "xfail", "skip", "uncovered")
+# Matrix statuses, strongest first; test outcomes are fail, pass, xfail, skip.
+STATUSES = ("fail", "fail-other", "pass", "xfail", "skip", "uncovered")
 
 
 def item_properties(impl: str, device: str, clauses: Sequence[str]) -> list[tuple[str, str]]:
@@ -63,14 +71,20 @@ class OutcomeRecord:
     device: str
     clauses: list[str]
     outcome: str | None = None
+    # {clause: first message line naming it} of the failing phases; empty: the failure named none
+    failed_clauses: dict[str, str] = field(default_factory=dict)
 
     def add(self, report: Any) -> None:
         phase = phase_outcome(report)
         if phase == "fail" or (phase is not None and self.outcome is None):
             self.outcome = phase
+        if phase == "fail":
+            for clause, line in (read_failed(report.user_properties) or {}).items():
+                self.failed_clauses.setdefault(clause, line)
 
     def as_json(self) -> dict:
-        return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses), "outcome": self.outcome}
+        return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
+                "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None}
 
 
 def clause_status(outcomes: Iterable[str]) -> str:
@@ -78,27 +92,62 @@ def clause_status(outcomes: Iterable[str]) -> str:
     return next((status for status in STATUSES[:-1] if status in seen), "uncovered")
 
 
+def _clause_outcomes(record: OutcomeRecord) -> Iterable[tuple[str, str]]:
+    """(clause, outcome for its cell): a failure counts as 'fail' for what it names, 'fail-other' for what it only cites."""
+    if record.outcome != "fail":
+        yield from ((clause, record.outcome) for clause in record.clauses)
+        return
+    yield from ((clause, "fail") for clause in record.failed_clauses)
+    yield from ((clause, "fail-other") for clause in record.clauses if clause not in record.failed_clauses)
+
+
 def build_matrix(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]], clause_ids: Sequence[str]) -> tuple[dict, dict]:
     """(matrix[impl][device][clause] -> status, uncovered[impl][device] -> [clause ids])."""
+    matrix: dict = {}
+    uncovered: dict = {}
+    for impl, devices in _columns(records, pairs).items():
+        matrix[impl], uncovered[impl] = {}, {}
+        for device in devices:
+            outcomes: dict[str, list[str]] = {clause: [] for clause in clause_ids}
+            for record in _records_of(records, impl, device):
+                for clause, outcome in _clause_outcomes(record):
+                    outcomes.setdefault(clause, []).append(outcome)
+            row = {clause: clause_status(outcomes[clause]) for clause in clause_ids}
+            matrix[impl][device] = row
+            uncovered[impl][device] = [clause for clause in clause_ids if row[clause] == "uncovered"]
+    return matrix, uncovered
+
+
+def _columns(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     columns: dict[str, list[str]] = {impl: list(devices) for impl, devices in pairs.items()}
     for record in records:
         devices = columns.setdefault(record.impl, [])
         if record.device != ANY_DEVICE and record.device not in devices:
             devices.append(record.device)
-    matrix: dict = {}
-    uncovered: dict = {}
-    for impl, devices in columns.items():
-        matrix[impl], uncovered[impl] = {}, {}
+    return columns
+
+
+def _records_of(records: Sequence[OutcomeRecord], impl: str, device: str) -> list[OutcomeRecord]:
+    return [r for r in records if r.impl == impl and r.outcome and r.device in (device, ANY_DEVICE)]
+
+
+def failing_here(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]]) -> dict:
+    """failing[impl][device] -> {clause: the first failure line naming it}, and what failed naming no clause."""
+    out: dict = {}
+    for impl, devices in _columns(records, pairs).items():
+        out[impl] = {}
         for device in devices:
-            outcomes: dict[str, list[str]] = {clause: [] for clause in clause_ids}
-            for record in records:
-                if record.impl == impl and record.outcome and record.device in (device, ANY_DEVICE):
-                    for clause in record.clauses:
-                        outcomes.setdefault(clause, []).append(record.outcome)
-            row = {clause: clause_status(outcomes[clause]) for clause in clause_ids}
-            matrix[impl][device] = row
-            uncovered[impl][device] = [clause for clause in clause_ids if row[clause] == "uncovered"]
-    return matrix, uncovered
+            named: dict[str, str] = {}
+            unnamed = []
+            for record in sorted(_records_of(records, impl, device), key=lambda r: r.nodeid):
+                if record.outcome != "fail":
+                    continue
+                for clause, line in record.failed_clauses.items():
+                    named.setdefault(clause, line)
+                if not record.failed_clauses:
+                    unnamed.append(record.nodeid)
+            out[impl][device] = {"clauses": named, "naming_no_clause": unnamed}
+    return out
 
 
 def suite_commit() -> str | None:
@@ -132,9 +181,17 @@ class ConformanceReport:
     clause_ids: Sequence[str]
     expected_failures: list[dict] = field(default_factory=list)
     stale_expected_failures: list[dict] = field(default_factory=list)
+    decision_entries: Mapping[tuple[str, str], list[dict]] = field(default_factory=dict)  # (impl, device) -> table tests
+    missing: Sequence[tuple[str, str]] = ()
 
     def as_json(self) -> dict:
         matrix, uncovered = build_matrix(self.records, self.pairs, self.clause_ids)
+        decisions: dict = {}
+        for impl, devices in matrix.items():
+            for device in devices:
+                entries = [e for (i, d), found in self.decision_entries.items() if i == impl and d in (device, ANY_DEVICE) for e in found]
+                if entries:
+                    decisions.setdefault(impl, {})[device] = decision_rows.summarize(entries)
         return {
             "target": self.target,
             "matrix": matrix,
@@ -142,85 +199,10 @@ class ConformanceReport:
             "expected_failures": self.expected_failures,
             "stale_expected_failures": self.stale_expected_failures,
             "uncovered": uncovered,
+            "failing": failing_here(self.records, self.pairs),
+            "decision_table": decisions,
+            "not_run": [{"impl": name, "reason": why} for name, why in self.missing],
         }
-
-
-def _columns(matrix: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
-    return [(impl, device) for impl, devices in matrix.items() for device in devices]
-
-
-def _counts(row: Mapping[str, str]) -> str:
-    return ", ".join(f"{sum(1 for s in row.values() if s == status)} {status}" for status in STATUSES)
-
-
-_LETTERS = {"pass": "P", "fail": "F", "xfail": "x", "skip": "s", "uncovered": "."}
-
-
-def render_terminal(data: Mapping[str, Any]) -> list[str]:
-    """One row per impl/device, one column per clause (stays narrow as GPUs add rows), then counts."""
-    matrix = data["matrix"]
-    columns = _columns(matrix)
-    if not columns:
-        return ["(no implementation under test)"]
-    clause_ids = list(next(iter(matrix[columns[0][0]].values())).keys())
-    labels = [f"{impl}/{device}" for impl, device in columns]
-    width = max(len(label) for label in labels)
-    cell = max(len(c) for c in clause_ids) + 1
-    lines = ["legend: " + "  ".join(f"{letter} {status}" for status, letter in _LETTERS.items()),
-             " " * (width + 2) + "".join(c.ljust(cell) for c in clause_ids).rstrip()]
-    for label, (impl, device) in zip(labels, columns):
-        row = matrix[impl][device]
-        lines.append(label.ljust(width + 2) + "".join(_LETTERS[row[c]].ljust(cell) for c in clause_ids).rstrip())
-    for label, (impl, device) in zip(labels, columns):
-        row = matrix[impl][device]
-        failing = [c for c in clause_ids if row[c] == "fail"]
-        lines.append(f"{label}: {_counts(row)}" + (f"; failing: {', '.join(failing)}" if failing else ""))
-    return lines
-
-
-def render_markdown(data: Mapping[str, Any], titles: Mapping[str, str] | None = None) -> str:
-    titles = titles or {}
-    target = data["target"]
-    out = ["# Conformance report", "", "## Target", ""]
-    out += [f"- torch {target['torch']}, Python {target['python']}, platform {target['platform']}",
-            f"- suite commit: {target['suite_commit'] or 'unknown'}",
-            f"- device kinds: {', '.join(target['device_kinds'])}", "",
-            "| device | kind | model | driver |", "|---|---|---|---|"]
-    out += [f"| {d['name']} | {d['kind']} | {d['model']} | {d['driver'] or '-'} |" for d in target["devices"]]
-    out += ["", "## Matrix", ""]
-    for impl, devices in data["matrix"].items():
-        names = list(devices)
-        out += [f"### {impl}", "", "| clause | title | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-        clause_ids = list(devices[names[0]]) if names else []
-        for clause in clause_ids:
-            out.append(f"| {clause} | {titles.get(clause, '')} | " + " | ".join(devices[d][clause] for d in names) + " |")
-        out.append("")
-    out += ["## Expected failures", ""]
-    if data["expected_failures"]:
-        out += ["| impl | test | reason | matched |", "|---|---|---|---|"]
-        out += [f"| {e['impl']} | `{e['test']}` | {e['reason']} | {'yes' if e['matched'] else 'STALE'} |" for e in data["expected_failures"]]
-    else:
-        out.append("None.")
-    out += ["", "## Uncovered clauses", ""]
-    for impl, devices in data["uncovered"].items():
-        for device, clauses in devices.items():
-            out.append(f"- {impl} / {device}: {', '.join(clauses) if clauses else 'none'}")
-    counts: dict[str, int] = {}
-    for test in data["tests"]:
-        counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
-    out += ["", "## Tests", "", ", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "none ran", ""]
-    return "\n".join(out)
-
-
-def write_report(data: Mapping[str, Any], path: str | Path, titles: Mapping[str, str] | None = None) -> tuple[Path, Path]:
-    """PATH.json and PATH.md (parent folders created)."""
-    base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    json_path = base.with_name(base.name + ".json")
-    md_path = base.with_name(base.name + ".md")
-    json_path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    md_path.write_text(render_markdown(data, titles), encoding="utf-8")
-    return json_path, md_path
 
 
 MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
@@ -231,14 +213,16 @@ class MatrixRecorder:
     """Plugin for the process that sees every report (the xdist controller, or the only process)."""
 
     def __init__(self, *, adapter_names: Sequence[str], device_ids: Any, expectations: Any,
-                 clause_titles: Mapping[str, str], report_path: str | None) -> None:
+                 clause_titles: Mapping[str, str], report_path: str | None, missing: Sequence[tuple[str, str]] = ()) -> None:
         self.adapter_names = list(adapter_names)
+        self.missing = list(missing)  # (implementation, why it was not run)
         self.device_ids = device_ids  # called once at the end: device columns of this run
         self.expectations = expectations
         self.clause_titles = dict(clause_titles)
         self.report_path = report_path
         self.records: dict[str, OutcomeRecord] = {}
         self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
+        self.decision_entries: dict[tuple[str, str], list[dict]] = {}  # (impl, device) -> decision-table tests
         self.worker_matched: set[str] = set()
         self.data: dict | None = None
         self.written: tuple[Path, Path] | None = None
@@ -256,13 +240,16 @@ class MatrixRecorder:
             for pair in report.user_properties:
                 if pair[0] == INTERLEAVINGS_KEY:
                     self.interleavings[record.impl] = self.interleavings.get(record.impl, 0) + int(pair[1])
+            table = decision_rows.read_rows(report.user_properties)
+            if table is not None:
+                self.decision_entries.setdefault((record.impl, record.device), []).append(table)
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         self.worker_matched.update(getattr(node, "workeroutput", {}).get(MATCHED_KEY, ()))
 
     def pytest_sessionfinish(self, session: Any) -> None:
-        if not self.records:
+        if not self.records and not self.missing:
             return
         from conformance.devices import describe_devices
 
@@ -275,6 +262,8 @@ class MatrixRecorder:
             clause_ids=list(self.clause_titles),
             expected_failures=rows,
             stale_expected_failures=stale,
+            decision_entries=self.decision_entries,
+            missing=self.missing,
         )
         self.data = report.as_json()
         self.data["interleavings"] = dict(sorted(self.interleavings.items()))

@@ -70,7 +70,7 @@ def assert_loaded_writes(cache, loaded, writes: Mapping[int, Mapping[str, torch.
             if name not in loaded.data:
                 continue
             if loaded.tokens not in writes:
-                raise AssertionError(f"{name}: a state was loaded for {loaded.tokens} tokens, but states exist only at {sorted(writes)}")
+                raise AssertionError(f"F4: {name}: a state was loaded for {loaded.tokens} tokens, but states exist only at {sorted(writes)}")
             if not torch.equal(loaded.data[name].view(torch.uint8), writes[loaded.tokens][name].view(torch.uint8)):
                 raise AssertionError(f"S5: {name} state bytes differ from the state stored at {loaded.tokens} tokens")
             continue

@@ -145,6 +145,21 @@ def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     assert failed, "the injected failure did not reach rank 1's load"
 
 
+@pytest.mark.clause("X1", "F7", "S4", "L3")
+@pytest.mark.parametrize("world_size", WORLDS)
+def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size):
+    """The last rank's load fails and revokes r1 while every rank still tracks it and the peers vote no.
+
+    X1's other half: "any rank terminated" must reach every rank through the
+    vote collective's payload; a single rank never needs it.
+    """
+    failing = world_size - 1
+    (outcome,) = run_ranks([Scenario("terminated_on_one_rank", {"failing_rank": failing})], world_size)
+    assert [r.notes["terminated_before_check"] for r in outcome.ranks] == [rank == failing for rank in range(world_size)], \
+        "test setup: only the failing rank must have terminated r1 before the check"
+    assert outcome.finished_at("r1") == {rank: ("cache 0 check 1", 0) for rank in range(world_size)}
+
+
 @pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
 @pytest.mark.parametrize("policy", ["timeout", "wait_complete", "best_effort"])
 def test_cross_rank_orders_around_the_vote(run_ranks, policy):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from spec.config import Policy, TerminationConfig
-from spec.decision import VOTE_COLLECTIVE, collectives_per_check, decide, local_vote, vote_clause
+from spec.decision import VOTE_COLLECTIVE, collectives_per_check, combine, local_vote, vote_clause
 from spec.errors import ConfigError
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
@@ -243,18 +243,26 @@ def check_decision(ctx: CheckContext) -> Iterator[Violation]:
 
 
 def check_x1(ctx: CheckContext) -> Iterator[Violation]:
-    """X1: a check terminates iff every rank voted yes or any rank had terminated."""
+    """X1: a check terminates iff every rank voted yes or any rank had terminated.
+
+    The combine is judged on the votes the ranks recorded (what entered the
+    collective): a vote the spec disagrees with is D1-D5's violation, and the
+    decision that follows from it is not X1's too.
+    """
     terminates = _terminates(ctx)
     for (op, step), by_rank in _votes(ctx).items():
         if len(by_rank) < len(ctx.traces) or any(v.state is None for v in by_rank.values()):
             continue
-        states = [by_rank[r].state for r in sorted(by_rank)]
-        expected = decide(states)
+        ranks = sorted(by_rank)
+        if by_rank[ranks[0]].state.policy is Policy.BEST_EFFORT:
+            expected = True
+        else:
+            expected = combine([bool(by_rank[r].value) for r in ranks], [by_rank[r].state.terminated for r in ranks])
         for rank, vote in by_rank.items():
             got = rank in terminates.get((op, step), {})
             if got != expected:
                 verb = "terminated" if got else "did not terminate"
-                yield Violation("X1", f"{verb} {op} at step {step}; the combine of every rank's vote says {expected}", vote)
+                yield Violation("X1", f"{verb} {op} at step {step}; the combine of the votes every rank cast says {expected}", vote)
 
 
 def check_x2(ctx: CheckContext) -> Iterator[Violation]:
@@ -320,8 +328,9 @@ def check_l1(ctx: CheckContext) -> Iterator[Violation]:
                 peers_done = all(_io_done_before_step(t, e.op, e.step) for t in ctx.traces.values())
                 if peers_done and not _terminated_at(trace, e.op, e.step):
                     yield Violation("L1", f"all IO of {e.op} had ended on every rank, yet this check did not terminate it", e)
-            elif e.kind is EventKind.COMMIT and e.op not in troubled and e.step is not None:
-                # A commit outside any scheduler check (an abort) owes no hit.
+            elif e.kind is EventKind.COMMIT and e.op not in troubled and e.step is not None and _io_ended_before_terminate(ctx, e.op):
+                # A commit outside any scheduler check (an abort) owes no hit; nor does one whose
+                # check came before the IO ended: that early stop is the vote's violation (D2-D5, X1).
                 want = _agreed_hit_pages(ctx, e.op)
                 if want is not None and int(e.value) != want * info.page_size:
                     yield Violation(
@@ -329,6 +338,21 @@ def check_l1(ctx: CheckContext) -> Iterator[Violation]:
                         f"wait_complete committed {e.value} tokens of {e.op}; all its IO succeeded, so it must commit the whole hit ({want * info.page_size})",
                         e,
                     )
+
+
+def _io_ended_before_terminate(ctx: CheckContext, op: str) -> bool:
+    """On every rank, the IO of op ended before the scheduler terminated it."""
+    for trace in ctx.traces.values():
+        for e in trace.events:
+            if e.op != op:
+                continue
+            if e.kind is EventKind.IO_DONE:
+                break
+            if e.kind is EventKind.TERMINATE:
+                return False
+        else:
+            return False
+    return True
 
 
 def _ops_with(ctx: CheckContext, predicate: Callable[[Event], bool]) -> set[str]:

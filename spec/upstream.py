@@ -18,10 +18,10 @@ This spec's form (D3) sets the completion predicate instead.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from spec.config import Policy
-from spec.decision import DecisionState, combine, enumerate_states, local_vote, vote_clause
+from spec.decision import DecisionState, combine, decide, enumerate_states, local_vote, vote_clause
 
 
 class GuardShape(str, Enum):
@@ -72,3 +72,35 @@ def deviations(shape: GuardShape, page_size: int = 4) -> Iterator[Deviation]:
             yield Deviation(state, vote_clause(state), ours, theirs,
                             combine([ours], [state.terminated]) if state.policy.uses_collective else True,
                             upstream_decision(state, shape))
+
+
+# What a run whose votes deviate in exactly one shape's rows is, in words (the report's).
+SHAPE_SUMMARY = {
+    GuardShape.NO_GUARD: "upstream before its extra-pool guard (HiRadixCache at 991689fd0~1): KV completion alone ends the wait while pool IO is still writing",
+    GuardShape.VOTE_FORCING: "upstream's vote-forcing guard (PR #27550): timeout cannot end the wait while pool IO is pending",
+}
+
+
+def matching_shapes(observed: Mapping[DecisionState, tuple[bool | None, bool]], policies: Iterable[Policy | str] | None = None,
+                    page_size: int = 4) -> list[GuardShape]:
+    """The upstream shapes that disagree with the spec in exactly the rows a run observed, the same way.
+
+    `observed` maps each decision-table state (page size `page_size`) where a
+    run's recorded vote or its decision differed from the spec's to that
+    (vote, decision); `policies` are the policies whose rows the run checked
+    (all when None). Empty when no shape matches (the spec itself is none).
+    """
+    checked = {Policy.parse(p) for p in policies} if policies is not None else set(Policy)
+    seen = {state: tuple(got) for state, got in observed.items() if state.policy in checked}
+    out = []
+    for shape in GuardShape:
+        model = {}
+        for state in enumerate_states(page_size):
+            if state.policy not in checked:
+                continue
+            got = (upstream_vote(state, shape), upstream_decision(state, shape))
+            if got != (local_vote(state), decide([state])):
+                model[state] = got
+        if model == seen:
+            out.append(shape)
+    return out

@@ -13,6 +13,8 @@ They are never registered as entry points.
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
+from caches.variants.payload_drops_terminated import payload_drops_terminated
+from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
 
 # variant factory name -> clauses the conformance suite must report as failed
@@ -21,6 +23,13 @@ EXPECTED_FAILURES = {
     "guard_on_vote": ("D5",),
     "guard_after_reduce": ("X3",),
     "upstream_windows": ("S1", "F3", "F7"),
+    "upstream_pre_fix": ("D3",),
+    "upstream_vote_forcing": ("D5", "L2"),
+    "payload_drops_terminated": ("X1",),
 }
 
-__all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "EXPECTED_FAILURES"]
+# Variants the suite must reject naming their clauses and no other (no other clause "failed here").
+ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing"})
+
+__all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
+           "upstream_vote_forcing", "payload_drops_terminated", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -1,16 +1,13 @@
-"""The adapter every known-bad variant plugs in with: the built-in adapter, another cache class."""
+"""The adapter every known-bad variant plugs in with: a built-in adapter, another cache class."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from caches import adapters as builtin
 from caches.adapters import BuiltinAdapter, CacheSession, config_for
 from caches.core.cache_base import HierarchicalCache
-
-# The variants are hiradix derivatives: same pools and capabilities.
-HIRADIX_POOLS = ("indexer",)
-HIRADIX_CAPABILITIES = frozenset({"multi_rank", "held_copies", "pool:indexer"})
 
 
 @dataclass(frozen=True)
@@ -22,5 +19,11 @@ class VariantAdapter(BuiltinAdapter):
         return CacheSession(cache)
 
 
+def variant_of(base: str, name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
+    """A variant of built-in cache `base`: its pools and capabilities, another cache class."""
+    adapter = getattr(builtin, base)()
+    return VariantAdapter(name, adapter.default_extra_pools, adapter.capabilities, cache_class)
+
+
 def hiradix_variant(name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
-    return VariantAdapter(name, HIRADIX_POOLS, HIRADIX_CAPABILITIES, cache_class)
+    return variant_of("hiradix", name, cache_class)

@@ -20,17 +20,14 @@ if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports the
 
 def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     """Everything the harness requires of any multi-rank scenario, as messages."""
-    out: list[str] = []
-    for r in outcome.ranks:
-        if r.error:
-            out.append(f"rank {r.rank} failed at {r.phase}: {r.error}")
+    out = rank_errors(outcome)
     if out:
         return out
     for r in outcome.ranks:
         if r.leftover_threads:
             out.append(f"rank {r.rank}: threads still running after close(): {r.leftover_threads}")
         out += [f"rank {r.rank}: {leak}" for leak in r.leaks]
-        out += [f"rank {r.rank}: S5 {load.request_id}: {load.error}" for load in r.loads if load.error]
+        out += [f"rank {r.rank}: {load.request_id}: {load.error}" for load in r.loads if load.error]
     caches = min(len(r.traces) for r in outcome.ranks)
     for cache in range(caches):
         config = outcome.ranks[0].configs[cache]
@@ -41,6 +38,15 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
     return out
+
+
+def rank_errors(outcome: ScenarioOutcome) -> list[str]:
+    """Each distinct error once, with the ranks that raised it (a deviation every rank found is one finding)."""
+    by_error: dict[str, list[int]] = {}
+    for r in outcome.ranks:
+        if r.error:
+            by_error.setdefault(f"at {r.phase}: {r.error}", []).append(r.rank)
+    return [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} failed {error}" for error, ranks in by_error.items()]
 
 
 def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
@@ -58,7 +64,7 @@ def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
         if len(set(by_rank.values())) > 1:
             commits = outcome.commits(op, cache)
             detail = ", ".join(f"rank {rank}: {tokens}" for rank, tokens in sorted(by_rank.items()))
-            out.append(f"S4/F4 {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
+            out.append(f"S4/F4: {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
     return out
 
 
@@ -77,7 +83,7 @@ def _same_decisions(outcome: ScenarioOutcome) -> list[str]:
             seen = {r.rank: c.finished.get(request_id) for r, c in zip(outcome.ranks, records) if request_id not in c.untracked}
             if len(set(seen.values())) > 1:
                 detail = ", ".join(f"rank {rank}: {'not finished' if v is None else f'{v} tokens'}" for rank, v in seen.items())
-                out.append(f"X1/S4 at {records[0].label}: ranks decided {request_id} differently ({detail})")
+                out.append(f"X1/S4: at {records[0].label}, ranks decided {request_id} differently ({detail})")
     return out
 
 
@@ -102,7 +108,7 @@ def _x4_vote_count(outcome: ScenarioOutcome, cache: int, config: TerminationConf
         for check_record, step in zip([c for c in r.checks if c.cache == cache], steps):
             got = votes.get(step, [])
             if got != list(check_record.ids):
-                out.append(f"X4 rank {r.rank} {check_record.label} (step {step}): vote collectives for {got}, agreed list {list(check_record.ids)}")
+                out.append(f"X4: rank {r.rank} {check_record.label} (step {step}): vote collectives for {got}, agreed list {list(check_record.ids)}")
     return out
 
 
@@ -177,5 +183,5 @@ def _commit_oracle_problems(outcome: ScenarioOutcome, cache: int, config: Termin
         got = outcome.commits(op, cache)
         wrong = {rank: tokens for rank, tokens in got.items() if tokens != want * config.page_size}
         if wrong:
-            out.append(f"F3/S4 {op}: spec commit is {want * config.page_size} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
+            out.append(f"F3/S4: {op}: spec commit is {want * config.page_size} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
     return out

@@ -34,6 +34,7 @@ import torch
 from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
 from conformance.loader import load_factory
 from conformance.multirank.checks import same_usable_prefix_problems, scenario_problems
+from conformance.multirank.decisions import DecisionDeviation
 from conformance.multirank.scenarios import SCENARIOS
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -282,7 +283,17 @@ def launch(
     fatal = [f"rank {rank}: {res['fatal']}" for rank, res in enumerate(results) if res["fatal"]]
     crashed = [f"rank {rank} exited with code {p.exitcode}" for rank, p in enumerate(procs) if p.exitcode not in (0, None) and not results[rank]["fatal"]]
     if hang:
-        errors = [f"rank {r.rank} {r.scenario} at {r.phase}: {r.error}" for res in results for r in res["scenarios"] if r.error]
+        by_error: dict[str, list[int]] = {}
+        for res in results:
+            for r in res["scenarios"]:
+                if r.error:
+                    by_error.setdefault(f"{r.scenario} at {r.phase}: {r.error}", []).append(r.rank)
+        errors = [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} {error}" for error, ranks in by_error.items()]
+        deviations = [e for e in errors if f": {DecisionDeviation.__name__}: " in e]
+        if deviations:
+            # A peer then waits for what the deviating rank never does: the hang is a consequence, not a finding.
+            consequence = hang.replace("\nL3: ", "\n")
+            raise MultiRankError("\n".join([*deviations, f"(as a consequence the ranks then stopped: {consequence})", *fatal]))
         raise MultiRankError("\n".join([hang, *errors, *fatal]))
     if fatal or crashed:
         raise MultiRankError("\n".join([*fatal, *crashed]))

@@ -32,6 +32,7 @@ import torch
 
 from conformance.adapter import CacheEnv
 from conformance.gates import GateTimeout, InjectedFault
+from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
 from conformance.multirank.launch import CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
 from conformance.scenarios import assert_loaded_writes
@@ -65,8 +66,14 @@ def _rank_main(plan: Launch, rank: int) -> None:
             backend, device = "gloo", "cpu"
         dist.init_process_group(backend, store=store, rank=rank, world_size=plan.world_size, timeout=timeout)
         adapter = plan.adapter.load() if plan.adapter is not None else None
+
+        def save_partial(partial: RankScenarioResult) -> None:
+            # A failed scenario's result reaches the parent even if cleanup then hangs.
+            _write_atomic(out_path, pickle.dumps({**results, "scenarios": [*results["scenarios"], partial]}))
+
         for index, scenario in enumerate(plan.scenarios):
-            ctx = RankContext(plan, rank, index, scenario, device, adapter, heartbeat)
+            exchange = DecisionExchange(store, rank, plan.world_size, index, plan.collective_timeout_s)
+            ctx = RankContext(plan, rank, index, scenario, device, adapter, heartbeat, exchange, save_partial)
             result = ctx.run()
             results["scenarios"].append(result)
             _write_atomic(out_path, pickle.dumps(results))
@@ -160,6 +167,7 @@ class ObservedTrace(TraceRecorder):
         self.cond = cond
         self.views: dict[str, OpView] = {}
         self._hooks: list[tuple[Callable[[Event], bool], Callable[[Event], None]]] = []
+        self.on_terminate: Callable[[Event], None] | None = None  # a scheduler check's terminates, as they happen
 
     def record(self, kind: EventKind, **fields: Any) -> Event:
         event = super().record(kind, **fields)
@@ -174,6 +182,9 @@ class ObservedTrace(TraceRecorder):
             self.cond.notify_all()
         if hook is not None:
             hook(event)  # outside every lock: it may wait for other threads
+        on_terminate = self.on_terminate
+        if on_terminate is not None and event.kind is EventKind.TERMINATE and event.step is not None:
+            on_terminate(event)
         return event
 
     def view(self, op: str) -> "OpView":
@@ -367,12 +378,38 @@ class CacheHandle:
         self.trace.once(is_vote, lambda _e: self.to(op, level))
 
     def check(self, ids: Sequence[str]) -> dict[str, int]:
+        """One scheduler step over the agreed ids; raises DecisionDeviation when a decision on any rank is not the spec's."""
         self._steps += 1
         label = f"cache {self.index} check {self._steps}"
+        key = f"cache{self.index}/check{self._steps}"
         self.ctx.phase(f"{label} over {list(ids)}")
-        finished = dict(self.cache.check_progress(list(ids)))
+        # Ids this rank dropped, finished, or never queued: it joins their collectives neutrally (X4).
+        untracked = self.aborted | set(self.committed) | {op for op in ids if not self.ctx.result.requested.get(op)}
+        mark = len(self.trace.events())
+
+        published: set[str] = set()
+
+        def publish(op: str, decided: bool) -> None:
+            if op in published:
+                return
+            published.add(op)
+            vote = next((e for e in reversed(self.trace.events()[mark:]) if e.kind is EventKind.VOTE and e.op == op), None)
+            self.ctx.exchange.publish(key, op, CheckDecision(op not in untracked, decided, None if vote is None else bool(vote.value),
+                                                             None if vote is None else vote.state))
+
+        self.trace.on_terminate = lambda e: publish(e.op, True) if e.op in ids else None
+        try:
+            finished = dict(self.cache.check_progress(list(ids)))
+        finally:
+            self.trace.on_terminate = None
         self.committed.update(finished)
         self.ctx.result.checks.append(CheckRecord(self.index, label, tuple(ids), finished, frozenset(self.aborted)))
+        for op in ids:
+            publish(op, op in finished)
+        self.ctx.phase(f"{label}: judging every rank's decisions")
+        problems = [p for op in ids for p in decision_problems(label, op, self.ctx.exchange.gather(key, op))]
+        if problems:
+            raise DecisionDeviation("\n".join(problems))
         return finished
 
     def abort(self, op: str) -> None:
@@ -421,7 +458,7 @@ class CacheHandle:
         self.cache.evict_all()
         for name, (allocated, free, capacity) in self.cache.slot_accounting().items():
             if allocated:
-                self.ctx.result.leaks.append(f"cache {self.index} {name}: {allocated} of {capacity} slots still allocated after every prefetch ended and evict_all() (F8)")
+                self.ctx.result.leaks.append(f"F8: cache {self.index} {name}: {allocated} of {capacity} slots still allocated after every prefetch ended and evict_all()")
             if allocated + free != capacity:
                 self.ctx.result.leaks.append(f"cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
         self.cache.close()
@@ -431,7 +468,8 @@ class CacheHandle:
 class RankContext:
     """What a scenario function sees on one rank."""
 
-    def __init__(self, plan: Launch, rank: int, index: int, scenario: Scenario, device: str, adapter, heartbeat: Heartbeat) -> None:
+    def __init__(self, plan: Launch, rank: int, index: int, scenario: Scenario, device: str, adapter, heartbeat: Heartbeat,
+                 exchange: DecisionExchange, save_partial: Callable[[RankScenarioResult], None]) -> None:
         self.plan = plan
         self.rank = rank
         self.world_size = plan.world_size
@@ -440,6 +478,8 @@ class RankContext:
         self.device = device
         self.adapter = adapter
         self.heartbeat = heartbeat
+        self.exchange = exchange
+        self.save_partial = save_partial
         self.wait_timeout_s = plan.wait_timeout_s
         self.result = RankScenarioResult(scenario.label, rank)
         self.handles: list[CacheHandle] = []
@@ -489,8 +529,12 @@ class RankContext:
             self.phase("closing")
             for handle in self.handles:
                 handle.close()
-        except BaseException:
-            self.result.error = traceback.format_exc(limit=6)
+        except BaseException as exc:
+            # A scenario's own finding is its message; anything else needs the traceback.
+            short = isinstance(exc, (ScenarioFailure, DecisionDeviation))
+            self.result.error = f"{type(exc).__name__}: {exc}" if short else traceback.format_exc(limit=6)
+            self.result.traces = [h.trace.trace() for h in self.handles]
+            self.save_partial(self.result)
             for handle in self.handles:
                 handle.valve.open_all()  # parked IO threads must not outlive the scenario
                 try:

@@ -203,6 +203,30 @@ def scenario_get_fails_on_one_rank(ctx: RankContext, failing_rank: int) -> None:
     _finish(h, {"r1": (tokens, {len(tokens): data})})
 
 
+def scenario_terminated_on_one_rank(ctx: RankContext, failing_rank: int) -> None:
+    """failing_rank's first KV load fails in storage: it revokes r1 (terminated) while r1 is still tracked and checked.
+
+    The peers' loads are held after their first batch, so each peer votes no.
+    The combine must still end r1 on every rank at that check (X1: any rank
+    terminated), and every rank commits 0 (a revoke commits nothing).
+    """
+    h = ctx.cache("wait_complete")
+    tokens = request_tokens(10)
+    data = rank_data(h, len(tokens), 10)
+    h.store(tokens, data)
+    if ctx.rank == failing_rank:
+        h.valve.fail("first KV batch of r1", lambda e: e.kind is EventKind.IO_START and e.value == LOAD and e.op == "r1")
+    h.prefetch("r1", tokens)
+    if ctx.rank == failing_rank:
+        view = h.trace.view("r1")
+        h.wait(lambda: view.terminated and view.io_done, "r1 revoked after its failed load")
+    else:
+        h.to("r1", "partial")
+    ctx.result.notes["terminated_before_check"] = h.trace.view("r1").terminated
+    h.check(["r1"])
+    _finish(h, {"r1": (tokens, {len(tokens): data})})
+
+
 ORDER_PAIRS = [(vote, term) for vote, term in itertools.product(LEVELS, LEVELS) if LEVELS.index(term) >= LEVELS.index(vote)]
 
 
@@ -278,6 +302,7 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "abort_on_one_rank": scenario_abort_on_one_rank,
     "storage_miss_on_one_rank": scenario_storage_miss_on_one_rank,
     "get_fails_on_one_rank": scenario_get_fails_on_one_rank,
+    "terminated_on_one_rank": scenario_terminated_on_one_rank,
     "orders": scenario_orders,
     "skip_collective": scenario_skip_collective,
     "raise_on_rank": scenario_raise_on_rank,

@@ -78,7 +78,7 @@ def test_roundtrip(make_cache):
     assert cache.check_progress(["r"]) == {"r": 8}
     loaded = cache.load_back(tokens)
     for name in cache.pools:
-        assert torch.equal(loaded.data[name], data[name]), name
+        assert torch.equal(loaded.data[name], data[name]), f"S5: pool {name}: loaded bytes differ"
 
 
 @pytest.mark.clause("F1")
@@ -105,6 +105,11 @@ def test_fixed_already(impl):
 @pytest.mark.clause("T2", "X4")
 def test_known_gap(impl, device):
     assert False, "known gap"
+
+
+@pytest.mark.clause("F3")
+def test_fails_for_another_clause(impl):
+    assert impl.name == "good", "L3: the ranks ran different collectives"
 '''
 
 EXPECTED_FAILURES = '''
@@ -138,13 +143,15 @@ clause = "T1"
 reason = "the test does not cite T1"
 '''
 
+REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
 
 
 def run_pytest(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["CUDA_VISIBLE_DEVICES"] = ""  # GPU params skip whatever the machine has
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), os.environ.get("PYTHONPATH")) if p)
+    # This checkout's packages, not an installed copy of them (the run's directory is elsewhere).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), str(REPO), os.environ.get("PYTHONPATH")) if p)
     command = [sys.executable, "-m", "pytest", "-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
@@ -187,30 +194,41 @@ def test_matrix_marks_each_status(single):
     _, data, _ = single
     assert data["matrix"] == {
         "good": {
-            "cpu": expected_row({"S5": "pass", "F1": "pass", "T1": "pass", "C2": "pass", "D1": "fail", "T2": "xfail", "X4": "xfail"}),
-            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "fail", "T2": "skip", "X4": "skip"}),
+            # test_fixed_already passes although listed as failing (strict XPASS): a failure naming no clause.
+            "cpu": expected_row({"S5": "pass", "F1": "pass", "T1": "pass", "C2": "pass", "D1": "fail-other", "T2": "xfail", "X4": "xfail", "F3": "pass"}),
+            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "fail-other", "T2": "skip", "X4": "skip", "F3": "pass"}),
         },
         "broken": {
-            # broken's load-back returns zeros: S5 fails; it lacks pool:indexer: F1 skips.
-            "cpu": expected_row({"S5": "fail", "F1": "skip", "T1": "pass", "C2": "pass", "D1": "pass", "T2": "xfail", "X4": "xfail"}),
-            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "pass", "T2": "skip", "X4": "skip"}),
+            # broken's load-back returns zeros: S5 fails; it lacks pool:indexer: F1 skips;
+            # test_fails_for_another_clause cites F3 but names L3: L3 failed here, F3 only marked.
+            "cpu": expected_row({"S5": "fail", "F1": "skip", "T1": "pass", "C2": "pass", "D1": "pass", "T2": "xfail", "X4": "xfail",
+                                 "F3": "fail-other", "L3": "fail"}),
+            "cuda": expected_row({"S5": "skip", "F1": "skip", "T1": "skip", "C2": "pass", "D1": "pass", "T2": "skip", "X4": "skip",
+                                  "F3": "fail-other", "L3": "fail"}),
         },
     }
-    covered = {"S5", "F1", "T1", "C2", "D1", "T2", "X4"}
+    covered = {"S5", "F1", "T1", "C2", "D1", "T2", "X4", "F3"}
     assert data["uncovered"]["good"]["cpu"] == [c for c in CATALOGUE if c not in covered]
 
 
 def test_report_has_the_schema(single):
     _, data, markdown = single
-    assert list(data) == ["target", "matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered", "interleavings"]
+    assert list(data) == ["target", "matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered", "failing",
+                          "decision_table", "not_run", "interleavings"]
     target = data["target"]
     assert set(target) == {"device_kinds", "devices", "torch", "python", "suite_commit", "platform"}
     assert target["device_kinds"] == ["cpu"]  # no GPU visible in these runs
     assert [set(d) for d in target["devices"]] == [{"name", "kind", "model", "driver"}]
     assert target["python"] == ".".join(map(str, sys.version_info[:3]))
     assert target["suite_commit"] is None or len(target["suite_commit"]) == 40
-    assert all(set(t) == {"nodeid", "impl", "device", "clauses", "outcome"} for t in data["tests"])
+    assert all(set(t) == {"nodeid", "impl", "device", "clauses", "outcome", "failed_clauses"} for t in data["tests"])
+    assert data["failing"]["broken"]["cpu"]["clauses"] == {"S5": "S5: pool kv: loaded bytes differ", "L3": "L3: the ranks ran different collectives"}
+    assert [n.split("::")[1] for n in data["failing"]["good"]["cpu"]["naming_no_clause"]] == ["test_fixed_already[good]"]
+    assert data["decision_table"] == {} and data["not_run"] == []
     assert "### broken" in markdown and "| S5 | " in markdown and "STALE" in markdown
+    assert "`fail` failed here (a test failed naming this clause); `fail-other` a test citing it failed for another clause" in markdown
+    assert "| F3 | Commit clamped to every ALL_PAGES pool | fail-other | fail-other |" in markdown
+    assert "- cpu, failed here, L3: L3: the ranks ran different collectives" in markdown
 
 
 def test_ids_are_impl_then_device_then_own_params(single):
@@ -221,7 +239,9 @@ def test_ids_are_impl_then_device_then_own_params(single):
     assert by_id["test_roundtrip[broken-cpu]"]["outcome"] == "fail"
     assert by_id["test_device_free[good]"]["device"] == "any"
     assert by_id["test_known_gap[good-cpu]"]["clauses"] == ["T2", "X4"]
-    assert len(by_id) == 24  # per impl: roundtrip 2, needs_indexer 2, policy 4, device_free 1, fixed_already 1, known_gap 2
+    assert by_id["test_roundtrip[broken-cpu]"]["failed_clauses"] == {"S5": "S5: pool kv: loaded bytes differ"}
+    assert by_id["test_roundtrip[good-cpu]"]["failed_clauses"] is None
+    assert len(by_id) == 26  # per impl: roundtrip 2, needs_indexer 2, policy 4, device_free 1, fixed_already 1, known_gap 2, another 1
 
 
 def test_gpu_params_skip_with_a_reason(single):
@@ -241,12 +261,16 @@ def test_expected_failures_are_strict_and_stale_ones_reported(single):
         ("good", "test_policy[*-timeout]"), ("good", "test_fixed_already")}
     assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout
     assert "conformance matrix (implementation x device x clause)" in result.stdout
+    assert "legend: F failed here (a test failed naming this clause)  f a test citing it failed for another clause" in result.stdout
+    assert "broken/cpu: 2 fail, 1 fail-other," in result.stdout and "failed here: S5, L3" in result.stdout
+    assert "  L3: the ranks ran different collectives" in result.stdout
+    assert "good/cpu: 0 fail, 1 fail-other," in result.stdout and "1 failed test(s) named no clause: test_fixed_already[good]" in result.stdout
 
 
 def test_xdist_run_aggregates_the_same_report(single, distributed):
     _, one, _ = single
     result, two, _ = distributed
     assert "2 workers" in result.stdout or "gw1" in result.stdout
-    for key in ("matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered"):
+    for key in ("matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered", "failing"):
         assert two[key] == one[key], key
     assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout

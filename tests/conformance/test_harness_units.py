@@ -15,7 +15,8 @@ from conformance.adapter import CacheEnv
 from conformance.capabilities import UnknownCapability, require
 from conformance.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
 from conformance.loader import check_adapter
-from conformance.report import OutcomeRecord, build_matrix, clause_status, read_properties, item_properties
+from conformance.failures import named_clauses
+from conformance.report import OutcomeRecord, build_matrix, clause_status, failing_here, item_properties, read_properties
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -186,7 +187,8 @@ def test_shipped_files_parse():
 # --- matrix rules --------------------------------------------------------------------------------
 
 def test_clause_status_precedence():
-    assert clause_status(["pass", "skip", "fail", "xfail"]) == "fail"
+    assert clause_status(["pass", "skip", "fail-other", "fail", "xfail"]) == "fail"
+    assert clause_status(["pass", "skip", "fail-other", "xfail"]) == "fail-other"
     assert clause_status(["skip", "xfail", "pass"]) == "pass"
     assert clause_status(["skip", "xfail"]) == "xfail"
     assert clause_status(["skip"]) == "skip"
@@ -197,7 +199,7 @@ def test_build_matrix_counts_device_free_tests_everywhere():
     records = [
         OutcomeRecord("t1", "a", "cpu", ["S1"], "pass"),
         OutcomeRecord("t2", "a", "cuda", ["S1"], "skip"),
-        OutcomeRecord("t3", "a", "any", ["C1"], "fail"),
+        OutcomeRecord("t3", "a", "any", ["C1"], "fail", {"C1": "C1: rejected"}),
         OutcomeRecord("t4", "a", "cuda:1", ["S2"], "xfail"),  # a device not among the columns adds one
     ]
     matrix, uncovered = build_matrix(records, {"a": ["cpu", "cuda"], "b": ["cpu"]}, ["C1", "S1", "S2"])
@@ -208,6 +210,31 @@ def test_build_matrix_counts_device_free_tests_everywhere():
         "b": {"cpu": {"C1": "uncovered", "S1": "uncovered", "S2": "uncovered"}},
     }
     assert uncovered["a"]["cpu"] == ["S2"] and uncovered["b"]["cpu"] == ["C1", "S1", "S2"]
+
+
+def test_a_failure_fails_what_it_names_and_only_marks_what_it_cites():
+    records = [
+        OutcomeRecord("t1", "a", "cpu", ["S1", "X1"], "fail", {"D5": "D5: voted no"}),  # names a clause it does not cite
+        OutcomeRecord("t2", "a", "cpu", ["S1"], "pass"),
+        OutcomeRecord("t3", "a", "cpu", ["F8"], "fail"),  # named nothing (a hang, a crash)
+    ]
+    matrix, _ = build_matrix(records, {"a": ["cpu"]}, ["D5", "S1", "X1", "F8"])
+    assert matrix["a"]["cpu"] == {"D5": "fail", "S1": "fail-other", "X1": "fail-other", "F8": "fail-other"}
+    failing = failing_here(records, {"a": ["cpu"]})["a"]["cpu"]
+    assert failing == {"clauses": {"D5": "D5: voted no"}, "naming_no_clause": ["t3"]}
+
+
+@pytest.mark.parametrize("message, named", [
+    ("D3: stopped waiting while the indexer get ran", ["D3"]),
+    ("spec violations:\nD5: voted False where ...\nL2: voted no 3s after start", ["D5", "L2"]),
+    ("X1/S4: at cache 0 check 1, ranks decided r1 differently", ["X1", "S4"]),
+    ("rank 0: F8: cache 0 host:kv: 16 of 128 slots still allocated", ["F8"]),
+    ("assert {'r1': 0} == {}\nmulti-rank run stuck: rank 1 hung", []),  # no label: names nothing
+    ("Z9: not a clause; terminated before the deadline (D5)", []),  # unknown ids and parenthesised mentions do not count
+    ('rank 1 failed: Traceback (most recent call last):\n  File "x.py", line 3, in f\n    raise E(f"X3: {v}")\nE: L1: wait never ended', ["L1"]),
+])
+def test_failure_messages_name_clauses_by_their_label(message, named):
+    assert list(named_clauses(message)) == named
 
 
 def test_properties_survive_serialisation_as_lists():
@@ -266,3 +293,29 @@ def test_matrix_recorder_sums_explored_interleavings_per_implementation():
     for rep in (report("t1", "a", 8), report("t2", "a", 52), report("t3", "b", 16), report("t3", "b", 16, when="teardown")):
         recorder.pytest_runtest_logreport(rep)
     assert recorder.interleavings == {"a": 60, "b": 16}
+
+
+# --- adapters from a checkout (--sglang) ----------------------------------------------------------
+
+def test_checkout_adapters_come_from_the_entry_point_or_a_named_factory(monkeypatch):
+    from conformance import loader
+
+    monkeypatch.setattr(loader, "entry_points", lambda group: [])
+    with pytest.raises(ConfigError, match=r"'sglang' entry point in hicache_conformance.checkout_adapters \(reinstall hicache-conformance\), or name the factory with --sglang-shim"):
+        loader.load_checkout_adapters("sglang", "/some/checkout")
+    checkout = Path(__file__).resolve().parents[1] / "sglang_checkouts" / "fixed"
+    adapters, missing = loader.load_checkout_adapters("sglang", str(checkout), "caches.upstream_decision:sglang_adapters")
+    assert [a.name for a in adapters] == ["sglang:hiradix", "sglang:unified_radix", "sglang:hi_mamba_radix"] and missing == []
+    with pytest.raises(ConfigError, match=r"invalid --sglang-shim: 'caches.adapters:no_such_factory' \(accepted: a callable named"):
+        loader.load_checkout_adapters("sglang", str(checkout), "caches.adapters:no_such_factory")
+    with pytest.raises(ConfigError, match=r"invalid builtins:str: 'str' \(accepted: a factory returning \(adapters, \[\(name, why missing\)\]\)\)"):
+        loader.load_checkout_adapters("sglang", str(checkout), "builtins:str")
+
+
+def test_pyproject_registers_the_sglang_shim():
+    from conformance.expectations import _toml
+
+    if _toml is None:
+        pytest.skip("no TOML reader (Python < 3.11 without tomli)")
+    data = _toml.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert data["project"]["entry-points"]["hicache_conformance.checkout_adapters"] == {"sglang": "caches.upstream_decision:sglang_adapters"}

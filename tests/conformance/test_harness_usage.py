@@ -21,6 +21,7 @@ import conformance.conftest  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
+REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
 USAGE_ERROR = 4
 
@@ -91,7 +92,8 @@ def run_pytest(workdir: Path, *args: str, env_extra: dict[str, str] | None = Non
     """A real pytest process (for xdist runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), os.environ.get("PYTHONPATH")) if p)
+    # This checkout's packages, not an installed copy of them (the run's directory is elsewhere).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), str(REPO), os.environ.get("PYTHONPATH")) if p)
     env.update(env_extra or {})
     command = [sys.executable, "-m", "pytest", "-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)

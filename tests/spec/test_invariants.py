@@ -242,6 +242,22 @@ def test_x1_peer_terminated_forces_everyone():
     assert len(violations) == 1 and violations[0].event.rank == 0 and "did not terminate" in violations[0].message
 
 
+def test_x1_follows_the_votes_cast_a_wrong_vote_is_the_decision_clauses():
+    # Both ranks past the deadline, KV complete, a pool transfer pending: the spec votes yes.
+    # Rank 1 votes no (upstream's vote-forcing guard) and nobody terminates: D5, and not X1 too.
+    runs = []
+    for rank, vote in ((0, True), (1, False)):
+        run = Run(rank=rank, policy="timeout").start()
+        run.io("kv", KV)
+        run.check_step(vote, run.state(pools_done=False, timed_out=True), terminate=False)
+        runs.append(run)
+    traces = [r.trace() for r in runs]
+    assert clauses_of(check(traces, CFG, clauses=["D", "X1"])) == {"D5"}
+    # Terminating anyway, against every vote cast, is X1's.
+    runs[0].r(K.TERMINATE, step=1, value=4)
+    assert clauses_of(check([r.trace() for r in runs], CFG, clauses=["D", "X1"])) == {"D5", "X1"}
+
+
 def test_x2_collective_count():
     good = good_run(rank=0)
     run = Run(rank=1).start().load_all()
@@ -289,6 +305,18 @@ def test_l1_wait_complete_must_commit_the_whole_hit():
     run.check_step(True, run.state(), terminate=True, tokens=2).insert(slots=(0, 1))
     violations = check(run.trace(), CFG, clauses=["L1"], closed=False)
     assert len(violations) == 1 and "must commit the whole hit (4)" in violations[0].message
+
+
+def test_l1_owes_no_whole_hit_when_the_vote_stopped_before_the_io_ended():
+    # No guard: the vote was yes with the indexer still loading; the fence committed nothing.
+    run = Run().start()
+    run.io("kv", KV)
+    run.check_step(True, run.state(pools_done=False), terminate=True, tokens=0)
+    run.io("indexer", KV)
+    run.r(K.IO_DONE)
+    trace = run.trace()
+    assert check(trace, CFG, clauses=["L1"], closed=False) == []
+    assert clauses_of(check(trace, CFG, clauses=["D"], closed=False)) == {"D3"}
 
 
 def test_l1_does_not_demand_the_whole_hit_after_io_failure():

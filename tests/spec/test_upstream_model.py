@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from spec.config import Policy
-from spec.decision import DecisionState, enumerate_states, local_vote
-from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations, upstream_decision, upstream_vote
+from spec.decision import DecisionState, decide, enumerate_states, local_vote
+from spec.upstream import DEVIATION_CLAUSES, SHAPE_SUMMARY, GuardShape, deviations, matching_shapes, upstream_decision, upstream_vote
 
 
 def state(**changes) -> DecisionState:
@@ -47,3 +47,25 @@ def test_both_shapes_agree_with_the_spec_everywhere_else():
             if s not in differing:
                 assert upstream_vote(s, shape) == local_vote(s)
     assert upstream_vote(state(policy="best_effort"), GuardShape.VOTE_FORCING) is True
+
+
+def observed(shape: GuardShape, policies=None) -> dict:
+    return {d.state: (d.upstream_vote, d.upstream_decision) for d in deviations(shape)
+            if policies is None or d.state.policy.value in policies}
+
+
+def test_a_run_is_matched_to_the_shape_whose_rows_it_deviates_in():
+    for shape in GuardShape:
+        assert matching_shapes(observed(shape)) == [shape]
+        # Only the policies a run checked count: its timeout rows alone still say which shape.
+        assert matching_shapes(observed(shape, ["timeout"]), policies=["timeout"]) == [shape]
+    assert matching_shapes({}) == []  # the spec itself is no upstream shape
+    one_of_two = dict(list(observed(GuardShape.VOTE_FORCING).items())[:1])
+    assert matching_shapes(one_of_two) == []
+    assert all(shape in SHAPE_SUMMARY for shape in GuardShape)
+
+
+def test_the_same_rows_decided_otherwise_match_no_shape():
+    # A guard applied after the reduce votes like no guard at all, but decides like the spec: not upstream's shape.
+    votes_only = {state: (vote, decide([state])) for state, (vote, _decision) in observed(GuardShape.NO_GUARD).items()}
+    assert matching_shapes(votes_only) == []

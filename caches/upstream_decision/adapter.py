@@ -1,0 +1,60 @@
+"""The conformance adapters for an SGLang checkout: `sglang:hiradix`, `sglang:unified_radix`, `sglang:hi_mamba_radix`.
+
+`sglang_adapters(path)` is the factory `pytest conformance/ --sglang PATH`
+calls (entry point group `hicache_conformance.checkout_adapters`, name
+`sglang`; or `--sglang-shim caches.upstream_decision:sglang_adapters`). It
+reads and checks every class's decision code once, so a name the shim does not
+map stops the run with one error, and returns the adapters of the classes
+found plus, for each class the checkout lacks, its name and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from caches import adapters as builtin
+from caches.adapters import CacheSession, config_for
+from caches.upstream_decision.caches import UPSTREAM_DECISION_CACHES
+from caches.upstream_decision.names import UPSTREAM_CLASSES
+from caches.upstream_decision.source import ClassUnavailable, checkout_dir, extract
+
+PREFIX = "sglang:"
+
+
+@dataclass(frozen=True)
+class UpstreamDecisionAdapter:
+    """One upstream class's decision in the matching cache of ours. Picklable: ranks re-read the checkout."""
+
+    name: str
+    default_extra_pools: tuple[str, ...]
+    capabilities: frozenset[str]
+    checkout: str
+    key: str
+
+    def create(self, env: Any) -> CacheSession:
+        cls = UPSTREAM_DECISION_CACHES[self.key]
+        upstream = extract(Path(self.checkout), self.key)
+        cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group, upstream=upstream)
+        return CacheSession(cache)
+
+    # No configure(fields): C1/C2 concern the caller's configuration path, and
+    # here that is ours, not upstream's; those tests skip, saying so.
+
+
+def sglang_adapters(checkout: str | Path) -> tuple[list[UpstreamDecisionAdapter], list[tuple[str, str]]]:
+    """(adapters of the classes found, [(adapter name, why it is missing)]) for one SGLang checkout."""
+    root = Path(checkout).expanduser().resolve()
+    checkout_dir(root)  # one error line when it is not a checkout
+    adapters, missing = [], []
+    for key in UPSTREAM_CLASSES:
+        name = PREFIX + key
+        try:
+            extract(root, key)  # reads and checks every name now, not in the middle of the run
+        except ClassUnavailable as exc:
+            missing.append((name, str(exc)))
+            continue
+        base = getattr(builtin, key)()
+        adapters.append(UpstreamDecisionAdapter(name, base.default_extra_pools, base.capabilities, str(root), key))
+    return adapters, missing

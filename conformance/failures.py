@@ -1,0 +1,72 @@
+"""Which clauses a failed test names: the clause whose rule broke, read from its failure message.
+
+Every check in this harness words a failure as "<clause>: what broke" (or
+"<clause>/<clause>: ..." when one observation breaks two rules), and the
+spec's trace checker words its violations the same way. A failed test
+"names" exactly the catalogue's clause IDs found in that position in its
+exception message. Source lines quoted inside a traceback (a rank's error
+from a multi-rank run carries one) are skipped: they show code, not what
+broke. The result travels in the test report's user_properties, so the
+xdist controller builds the same matrix a single process does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable, Mapping
+
+from spec.clauses import CATALOGUE
+
+PROP_FAILED = "conformance.failed_clauses"  # user property: JSON {clause: first message line naming it}
+
+_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
+_MAX_LINE = 240
+
+
+def _message_lines(message: str) -> Iterable[str]:
+    """The lines of a failure message, without the source lines a quoted traceback shows."""
+    skip_next = False
+    for line in message.splitlines():
+        if skip_next:
+            skip_next = False
+            continue
+        stripped = line.strip()
+        if stripped.startswith('File "') and ", line " in stripped:
+            skip_next = True  # the next line is the source of that frame
+            continue
+        if stripped.startswith("Traceback (most recent call last)"):
+            continue
+        yield line
+
+
+def named_clauses(message: str) -> dict[str, str]:
+    """{clause: the first message line naming it}, in order of first mention."""
+    found: dict[str, str] = {}
+    for line in _message_lines(message):
+        for match in _LABEL.finditer(line):
+            for clause in match.group(1).split("/"):
+                if clause in CATALOGUE and clause not in found:
+                    text = line.strip()
+                    found[clause] = text if len(text) <= _MAX_LINE else text[: _MAX_LINE - 3] + "..."
+    return found
+
+
+def failure_properties(excinfo: Any) -> list[tuple[str, str]]:
+    """The user property a failed phase's report carries: what its exception names (possibly nothing)."""
+    if excinfo is None:
+        return []
+    try:
+        message = str(excinfo.value)
+    except Exception:  # a broken __str__ must not hide the failure
+        message = ""
+    return [(PROP_FAILED, json.dumps(named_clauses(message)))]
+
+
+def read_failed(user_properties: Iterable[Any]) -> dict[str, str] | None:
+    """{clause: line} from a report's properties; None when the report carries none."""
+    for pair in user_properties:
+        if len(pair) == 2 and pair[0] == PROP_FAILED:
+            value = json.loads(pair[1])
+            return dict(value) if isinstance(value, Mapping) else {}
+    return None

@@ -1,0 +1,1 @@
+../../../../../fixed/python/sglang/srt/mem_cache/hi_mamba_radix_cache.py

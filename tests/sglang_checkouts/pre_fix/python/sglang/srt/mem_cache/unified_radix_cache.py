@@ -1,0 +1,1 @@
+../../../../../fixed/python/sglang/srt/mem_cache/unified_radix_cache.py
