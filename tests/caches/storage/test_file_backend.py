@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from caches.storage import FileStorage, StorageConfigError
-from caches.storage.file_backend import FILE_HEADER, FILE_MAGIC
+from caches.storage.file_backend import FILE_HEADER, FILE_MAGIC, namespace_tag
+from caches.storage.integrity import CHECKSUMS, bound_checksum, checksum
 
 
 @pytest.fixture
@@ -31,8 +32,9 @@ def test_layout_fans_out_by_first_two_hex_digits(store, helpers):
     assert path.is_file()
     # Header then the raw payload, nothing else.
     data = path.read_bytes()
-    magic, version, _reserved, length = FILE_HEADER.unpack(data[:FILE_HEADER.size])
-    assert (magic, version, length) == (FILE_MAGIC, 1, page.numel() * 4)
+    magic, version, algorithm, length, tag, stored = FILE_HEADER.unpack(data[:FILE_HEADER.size])
+    assert (magic, version, algorithm, length) == (FILE_MAGIC, 2, CHECKSUMS["sum64"], page.numel() * 4)
+    assert tag == namespace_tag("") and stored == bound_checksum(checksum("sum64", page), key)
     assert data[FILE_HEADER.size:] == helpers.bytes_of(page)
     # No temporary or probe file is left behind.
     assert sorted(p.name for p in store.root.rglob("*")) == [key[:2], key]
