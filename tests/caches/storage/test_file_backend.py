@@ -62,9 +62,14 @@ def corrupt(path, transform):
         (lambda d: b"\x89PNG\r\n\x1a\n" * 32, "foreign file"),
         (lambda d: d[:4] + (7).to_bytes(2, "little") + d[6:], "unsupported format version 7"),
         (lambda d: d + b"\x00", "trailing bytes"),
+        (lambda d: d[:6] + (9).to_bytes(2, "little") + d[8:], "unknown checksum algorithm id 9"),
+        (lambda d: d[:16] + bytes([d[16] ^ 1]) + d[17:], "page of another namespace"),
+        (lambda d: d[:24] + bytes([d[24] ^ 1]) + d[25:], "checksum mismatch"),
+        (lambda d: d[:-1] + bytes([d[-1] ^ 0x80]), "checksum mismatch"),
     ],
     ids=["short-by-one", "header-only", "half-header", "empty", "bad-magic",
-         "png", "future-version", "trailing"],
+         "png", "future-version", "trailing", "unknown-checksum", "other-namespace",
+         "stored-checksum-flipped", "payload-bit-flipped"],
 )
 def test_damaged_file_is_a_miss_and_a_fault(store, helpers, transform, reason):
     key, _page = stored_page(store, helpers)
