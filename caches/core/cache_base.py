@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import torch
