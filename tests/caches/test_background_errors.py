@@ -50,7 +50,9 @@ def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(built
     built.append(cache)
     tokens = stored(cache, oracle, 41)
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
-    cache.wait_prefetch_io("r1")  # the failed operation was ended: nothing waits forever
+    # The failed operation was ended: nothing waits forever. (Waited on directly:
+    # wait_prefetch_io itself refuses once the failure is recorded.)
+    assert cache.ongoing_prefetch["r1"].io_done.wait(20.0), "the failed prefetch was never ended"
     for call in (lambda: cache.check_prefetch_progress(["r1"]), lambda: cache.match_prefix(tokens), cache.flush):
         with pytest.raises(BackgroundError) as err:
             call()
