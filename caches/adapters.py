@@ -108,6 +108,9 @@ class CacheSession:
     def threads(self) -> Sequence[threading.Thread]:
         return self.cache.threads()
 
+    def background_errors(self) -> list[str]:
+        return self.cache.background_errors()
+
     def close(self) -> None:
         self.cache.close()
 

@@ -24,6 +24,9 @@ EXTRA_POOLS = ("indexer", "mamba")
 
 @dataclass(frozen=True)
 class CacheConfig:
+    # What the stored bytes belong to: part of the storage namespace (caches/storage/namespace.py).
+    # Caches of different models sharing a storage_path must name them.
+    model_name: str = "unnamed"
     page_size: int = 16
     device: str = "cpu"
     device_pages: int = 64
@@ -52,6 +55,8 @@ class CacheConfig:
         for name in ("page_size", "device_pages", "host_pages", "state_device_slots", "state_host_slots",
                      "storage_batch_pages", "prefetch_threshold_pages", "prefetch_capacity_tokens"):
             require_positive_int(name, getattr(self, name))
+        if not isinstance(self.model_name, str) or not self.model_name.strip() or not self.model_name.isprintable():
+            raise ConfigError("model_name", self.model_name, "a non-empty printable string naming the model (weights and revision)")
         if isinstance(self.load_back_min_tokens, bool) or not isinstance(self.load_back_min_tokens, int) or self.load_back_min_tokens < 0:
             raise ConfigError("load_back_min_tokens", self.load_back_min_tokens, "an integer >= 0")
         for name in ("kv_elem_shape", "indexer_elem_shape", "state_elem_shape"):

@@ -21,10 +21,10 @@ from typing import Sequence
 
 import torch
 
+from caches.core.arguments import checked_count
 from caches.core.cache_base import STATE_GROUP, HierarchicalCache, StateRef
 from caches.core.operation import PoolPlan, PrefetchOperation
 from caches.core.tree import InsertResult, MatchResult, TreeNode
-from spec.errors import ConfigError
 from spec.trace import HOST
 
 MAMBA = "mamba"
@@ -88,8 +88,7 @@ class HiMambaRadixCache(HierarchicalCache):
 
     def check_prefetch_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step over the agreed, ordered request ids; returns {id: committed tokens} of finished ones."""
-        if isinstance(request_ids, (str, bytes)):
-            raise ConfigError("request_ids", request_ids, "a sequence of request id strings (not one string)")
+        request_ids = self._checked_request_ids(request_ids)  # one argument rule for every cache
         step = self._begin_step()
         committed: dict[str, int] = {}
         for rid in request_ids:
@@ -191,8 +190,10 @@ class HiMambaRadixCache(HierarchicalCache):
         keeps its host KV pages but no longer ends a usable host match.
         Returns the states freed.
         """
-        if isinstance(num_states, bool) or not isinstance(num_states, int) or num_states < 0:
-            raise ConfigError("num_states", num_states, "an integer >= 0")
+        self._ensure_usable("evict_mamba_host")
+        return self._evict_mamba_host(checked_count("num_states", num_states))
+
+    def _evict_mamba_host(self, num_states: int) -> int:
         candidates = []
         for node in self.tree.iter_nodes():
             ref = self.states(node).get(MAMBA)
@@ -216,7 +217,7 @@ class HiMambaRadixCache(HierarchicalCache):
     def _evict_host_for(self, group: str, short: int) -> None:
         if group == STATE_GROUP:
             # A state slot is won back from the state LRU, never by evicting host KV.
-            self.evict_mamba_host(short)
+            self._evict_mamba_host(short)
             return
         super()._evict_host_for(group, short)
 
@@ -227,7 +228,8 @@ class HiMambaRadixCache(HierarchicalCache):
         # fallback end of a usable match: pin it on the host while the prefetch
         # hangs below it, from before the prefetch's own state slot is taken
         # (that allocation may evict host states).
-        anchor = self.tree.match_prefix([int(t) for t in tokens]).deepest_backed_up_node
+        tokens = self._prefetch_arguments(request_id, tokens)
+        anchor = self.tree.match_prefix(tokens).deepest_backed_up_node
         pinned = [ref for ref in self.states(anchor).values() if ref.host is not None]
         for ref in pinned:
             ref.host_ref += 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from caches.core.cache_base import HierarchicalCache
-from spec.errors import ConfigError
 from spec.timeout import is_timed_out, timeout_budget
 
 
@@ -58,8 +57,7 @@ class HiRadixCache(HierarchicalCache):
 
     def check_prefetch_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step over the agreed list of request ids; returns the committed tokens of finished ones."""
-        if isinstance(request_ids, str):
-            raise ConfigError("request_ids", request_ids, "a list of request ids, not one string")
+        request_ids = self._checked_request_ids(request_ids)  # one argument rule for every cache
         step = self._begin_step()
         finished: dict[str, int] = {}
         for request_id in request_ids:

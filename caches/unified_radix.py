@@ -29,13 +29,14 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from caches.config import CacheConfig
+from caches.core.arguments import checked_count
 from caches.core.cache_base import STATE_GROUP, HierarchicalCache
 from caches.core.operation import PrefetchOperation, Progress
 from caches.core.tree import InsertResult, MatchResult, TreeNode
+from caches.errors import CacheArgumentError
 from caches.storage import StorageBackend
 from caches.unified.components import ComponentBase, build_components
 from spec.clock import Clock
-from spec.errors import ConfigError
 from spec.trace import TraceRecorder
 
 
@@ -59,7 +60,7 @@ class UnifiedRadixCache(HierarchicalCache):
 
     def component(self, name: str) -> ComponentBase:
         if name not in self.components:
-            raise ConfigError("component", name, "one of " + ", ".join(repr(c) for c in self.components))
+            raise CacheArgumentError("component", name, "one of " + ", ".join(repr(c) for c in self.components))
         return self.components[name]
 
     def lock_components(self, node: TreeNode) -> None:
@@ -77,7 +78,8 @@ class UnifiedRadixCache(HierarchicalCache):
         `count` tokens of host KV, through the tree (the node leaves with every
         component's data).
         """
-        evicted = self.component(name).evict_host(count)
+        self._ensure_usable("evict_component_host")
+        evicted = self.component(name).evict_host(checked_count("count", count))
         self.copies.poll()
         return evicted
 
@@ -167,6 +169,7 @@ class UnifiedRadixCache(HierarchicalCache):
         super()._evict_host_for(group, short)
 
     def load_back(self, node: TreeNode, quota_tokens: int | None = None) -> torch.Tensor | None:
+        self._load_back_arguments(node, quota_tokens)
         # Every component locks the target while slots are made: eviction for
         # room must take neither the path nor its state.
         self.lock_components(node)
@@ -229,8 +232,7 @@ class UnifiedRadixCache(HierarchicalCache):
 
     def check_prefetch_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step over the agreed, ordered request ids; {id: committed tokens} of those finished."""
-        if isinstance(request_ids, str):
-            raise ConfigError("request_ids", request_ids, "a sequence of request id strings, not one string")
+        request_ids = self._checked_request_ids(request_ids)  # one argument rule for every cache
         step = self._begin_step()
         committed: dict[str, int] = {}
         for rid in request_ids:

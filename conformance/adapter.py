@@ -157,6 +157,12 @@ class CacheAdapter(Protocol):
     def create(self, env: CacheEnv) -> CacheUnderTest: ...
 
 
+# Optional on a CacheUnderTest:
+#   background_errors() -> Sequence[str]
+# one line per unexpected exception its background threads hit (a bug, as
+# opposed to a storage fault, which is a failed transfer). make_cache's
+# teardown fails the test when it lists any.
+
 # Optional on an adapter (tests needing it skip with a reason when absent):
 #   configure(fields: Mapping[str, Any]) -> None
 # builds the implementation's own configuration from spec-named termination

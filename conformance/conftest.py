@@ -249,7 +249,8 @@ def gate(trace: TraceRecorder):
 def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
     """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest.
 
-    Every instance is closed at teardown, and must leave no thread behind.
+    Every instance is closed at teardown, must leave no thread behind and, when
+    it reports them (`background_errors()`), no unexpected background error.
     """
     sessions = []
 
@@ -271,8 +272,12 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
 
     yield make
     gate.release_all()  # a parked thread would keep close() from finishing
-    leftovers = []
+    leftovers, background = [], []
     for session in sessions:
         session.close()
         leftovers += [t.name for t in session.threads() if t.is_alive()]
+        report = getattr(session, "background_errors", None)  # optional member of the protocol
+        if callable(report):
+            background += [str(error) for error in report()]
     assert not leftovers, f"threads still running after close(): {leftovers}"
+    assert not background, f"unexpected exceptions on background threads (bugs, not storage faults): {background}"

@@ -311,7 +311,12 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
     if requested:
         cache.wait_prefetch_io(RID)
         committed = drive(cache, [RID], max_steps=3)[RID]
-        assert committed == requested, f"L1: wait_complete committed {committed} of the {requested} tokens that fit"
+        # The hit may be shorter than what fits: a state pool's hit ends where a state is stored.
+        hits = [int(e.value) for e in rig.trace.events() if e.kind is EventKind.HIT and e.op == RID]
+        hit_tokens = (hits[-1] if hits else 0) * PAGE_SIZE
+        assert committed == hit_tokens <= requested, f"L1: wait_complete committed {committed} tokens of a {hit_tokens}-token hit ({requested} requested)"
+        served = sum(cache.match(tokens))
+        assert served >= committed, f"F8: {committed} tokens committed, but a match serves only {served}"
         rig.trace.wait_for_event(EventKind.IO_DONE, RID, WAIT_S)
     cache.check_progress([])
     check_outcome(cache, rig.trace, rig.config("wait_complete"), tokens, data, committed)

@@ -371,12 +371,14 @@ def _agreed_hit_pages(ctx: CheckContext, op: str) -> int | None:
 
 
 def _io_done_before_step(trace: Trace, op: str, step: int) -> bool:
-    seen_done = False
+    """Whether this rank's vote at `step` saw IO_DONE: recorded before the vote's snapshot (`seen`), or before the vote."""
+    done_at = None
     for e in trace.events:
-        if e.kind is EventKind.IO_DONE and e.op == op:
-            seen_done = True
+        if e.kind is EventKind.IO_DONE and e.op == op and done_at is None:
+            done_at = e.seq
         elif e.kind is EventKind.VOTE and e.op == op and e.step == step:
-            return seen_done
+            observed = e.seen if e.seen is not None else e.seq
+            return done_at is not None and done_at < observed
         elif _ended(e.kind) and e.op == op:
             return True
     return False

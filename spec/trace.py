@@ -67,7 +67,7 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
     EventKind.IO_DONE: ("op", "the IO thread will start no more IO for the operation"),
     EventKind.STEP: ("step", "a scheduler check began"),
-    EventKind.VOTE: ("op, step, value=vote, state", "this rank's vote and the state it saw"),
+    EventKind.VOTE: ("op, step, value=vote, state, seen?", "this rank's vote and the state it saw (seen: the trace position of that snapshot)"),
     EventKind.COLLECTIVE: ("step?, op?, value=name", "this rank entered a collective"),
     EventKind.TERMINATE: ("op, step, value=completed_tokens", "the operation was marked terminated"),
     EventKind.COMMIT: ("op, step?, value=tokens", "the agreed length inserted (0 when nothing)"),
@@ -94,6 +94,9 @@ class Event:
     state: DecisionState | None = None
     keys: tuple[str, ...] = ()
     digests: tuple[str, ...] = ()
+    # VOTE: the trace position (a seq) at which the state was observed; events
+    # from `seen` on happened after the observation even if recorded before the vote.
+    seen: int | None = None
 
     def describe(self) -> str:
         parts = [f"#{self.seq} {self.kind.value}", f"rank {self.rank}"]
@@ -154,6 +157,11 @@ class TraceRecorder:
             event = Event(seq=len(self._events), kind=kind, rank=self.rank, t=self.clock.now(), **fields)
             self._events.append(event)
         return event
+
+    def position(self) -> int:
+        """The seq the next event will get: read while holding the lock that guards a snapshot."""
+        with self._lock:
+            return len(self._events)
 
     def next_io_id(self) -> int:
         with self._lock:

@@ -11,20 +11,22 @@ the KV slot numbers in buffers of their own (allocator group "kv"); state
 pools (mamba) hold one slot per tree node, at the node's end (group "state").
 
 Only the scheduler thread calls the public methods; background threads reach
-the cache through operations, queues and callbacks.
+the cache through operations, queues and callbacks. Every public method first
+refuses a closed cache (CacheClosedError) and a cache whose background thread
+failed (BackgroundError), then checks its arguments, before it allocates anything.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import torch
 
 from caches.config import CacheConfig
 from caches.core.agreed_queue import AgreedQueue
+from caches.core.arguments import checked_request_id
 from caches.core.allocator import PageAllocator
 from caches.core.controller import BackupJob, StorageController
 from caches.core.copies import CopyTracker
@@ -37,7 +39,9 @@ from caches.core.reducer import LocalReducer, Reducer, TorchDistReducer
 from caches.core.state import StateRef
 from caches.core.tree import RadixTree, TreeNode
 from caches.core.write_path import WritePath
+from caches.errors import BackgroundError, CacheArgumentError, CacheClosedError, CacheTimeoutError
 from caches.storage import FileStorage, MemoryStorage, StorageBackend, StorageConfigError
+from caches.storage.namespace import StorageNamespace
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
 from spec.errors import ConfigError
@@ -95,6 +99,11 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         self.reducer, hit_reducer = self._reducers(process_group)
         self.rank = self.reducer.rank
         self.world_size = self.reducer.world_size
+        self.storage_namespace = StorageNamespace.of(
+            model_name=config.model_name, dtype=config.dtype, page_size=config.page_size, specs=self.specs,
+            world_size=self.world_size, rank=self.rank,
+        )
+        # An injected backend is the caller's: it chooses its own namespace.
         self.storage = storage if storage is not None else self._open_storage(config)
         self.copy_engine = CopyEngine(self.device, cpu_stream=True)
         self.copies = CopyTracker(
@@ -169,10 +178,13 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
 
     def _open_storage(self, config: CacheConfig) -> StorageBackend:
         if config.storage_backend == "memory":
-            return MemoryStorage()
-        # Each rank stores its own shard of every page.
+            return MemoryStorage()  # private to this cache: nothing else can read or write it
+        # One folder per namespace (caches/storage/namespace.py); each rank stores its own shard of every page.
+        namespace = self.storage_namespace
         try:
-            return FileStorage(Path(config.storage_path) / f"rank{self.rank}")
+            return FileStorage(namespace.rank_root(config.storage_path), namespace=namespace.tag)
+        except OSError as exc:
+            raise ConfigError("storage_path", config.storage_path, f"a writable directory ({config.storage_path} is unusable: {exc})") from None
         except StorageConfigError as exc:
             raise ConfigError("storage_path", config.storage_path, f"a writable directory ({exc})") from None
 
@@ -200,7 +212,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         if slots is None:
             short = count - allocator.free_slots()
             if space == DEVICE:
-                self.evict(short if group == KV_GROUP else self.page_size)
+                self._evict(short if group == KV_GROUP else self.page_size)
             else:
                 self._evict_host_for(group, short)
             self.copies.wait()
@@ -211,7 +223,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
         return slots
 
     def _evict_host_for(self, group: str, short: int) -> None:
-        self.evict_host(short if group == KV_GROUP else self.page_size)
+        self._evict_host(short if group == KV_GROUP else self.page_size)
 
     def _free_slots(self, space: str, group: str, slots: list[int]) -> None:
         self.allocators[(space, group)].free(slots)
@@ -239,24 +251,51 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
             for (space, group), a in self.allocators.items()
         }
 
+    def _ensure_usable(self, call: str) -> None:
+        """Refuse a closed cache, and raise a background thread's bug at the first call after it."""
+        if self._closed:
+            raise CacheClosedError(f"{self.name} rank {self.rank} is closed: {call}() after close()")
+        failures = self.controller.failure_list()
+        if failures:
+            first = failures[0]
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise BackgroundError(
+                f"{self.name} rank {self.rank}: {call}() refused: {first.describe()}{more}; "
+                "this is a bug in the cache, not a storage fault: close() it"
+            ) from first.error
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def background_errors(self) -> list[str]:
+        """Unexpected exceptions on this cache's background threads (bugs, not storage faults), one line each."""
+        return [failure.describe() for failure in self.controller.failure_list()]
+
     def wait_prefetch_io(self, request_id: str) -> None:
         """Bounded wait until the IO thread starts nothing more for this prefetch."""
+        self._ensure_usable("wait_prefetch_io")
+        checked_request_id(request_id)
         op = self.ongoing_prefetch.get(request_id)
         if op is None:
-            raise ConfigError("request_id", request_id, "the id of a prefetch in flight: " + (", ".join(sorted(self.ongoing_prefetch)) or "none"))
+            raise CacheArgumentError("request_id", request_id, "the id of a prefetch in flight: " + (", ".join(sorted(self.ongoing_prefetch)) or "none"))
         if not op.io_done.wait(self.config.wait_timeout_s):
-            raise TimeoutError(f"{self.name} rank {self.rank}: IO of prefetch {request_id} not done within {self.config.wait_timeout_s}s")
+            raise CacheTimeoutError(f"{self.name} rank {self.rank}: IO of prefetch {request_id} not done within {self.config.wait_timeout_s}s")
 
     def threads(self) -> list[threading.Thread]:
         return [*self.controller.threads, *self.copy_engine.threads]
 
     def close(self) -> None:
-        """Stop every thread this cache started; raises naming any that did not stop."""
+        """Stop every thread this cache started; raises naming any that did not stop.
+
+        Background failures do not make close() raise: they were raised by the
+        scheduler call after them and stay listed in background_errors().
+        """
         if self._closed:
             return
         self._closed = True
         for request_id in list(self.ongoing_prefetch):
-            self.release_aborted_request(request_id)
+            self._abort_prefetch(request_id)
         errors = []
         for stop in (self.controller.close, self.copy_engine.close):
             try:
@@ -276,7 +315,7 @@ class HierarchicalCache(WritePath, PrefetchPath, LoadBackPath):
                 dist.destroy_process_group(group)
             self._own_groups = []
         if errors:
-            raise TimeoutError("; ".join(errors))
+            raise CacheTimeoutError("; ".join(errors))
 
     def __enter__(self) -> "HierarchicalCache":
         return self

@@ -8,20 +8,29 @@
 Every IO is begun and ended through the PrefetchOperation, which owns the
 lock the fence depends on. A trace gate may hold any IO (a test releases
 it) or raise (a fault): a raise is a failed transfer, never a crashed thread.
+
+Two kinds of exception reach a thread body. A storage call (or the gate at
+an IO point) raising is a *fault*: recorded in `faults`, the transfer fails,
+the cache carries on. Anything else raising is a *bug* in this code (our own
+misuse of the storage interface included): recorded in `failures`, the work
+item is ended as failed so nothing waits on it forever, and the scheduler's
+next call raises it (HierarchicalCache._ensure_usable).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from caches.core.operation import PoolPlan, PrefetchOperation
 from caches.core.pools import PoolSet, tensor_bytes_view
 from caches.core.reducer import Reducer
+from caches.errors import CacheTimeoutError, StorageClosedError, StorageKeyError, StorageTensorError
 from caches.storage import PoolTransfer, StorageBackend, pool_key
 from spec.fence import HIT_COLLECTIVE, HitPolicy
 from spec.trace import BACKUP, HOST, EventKind, TraceRecorder, page_digest
@@ -52,6 +61,24 @@ class ControllerFault:
     error: str
 
 
+@dataclass(frozen=True)
+class ThreadFailure:
+    """An unexpected exception on a background thread: a bug, not a storage fault."""
+
+    thread: str
+    request_id: str | None
+    error: BaseException
+    trace: str
+
+    def describe(self) -> str:
+        on = f" on request {self.request_id}" if self.request_id is not None else ""
+        return f"{self.thread} thread failed{on}: {type(self.error).__name__}: {self.error}"
+
+
+# Raised by a storage call because of how *we* called it: a bug, not a fault.
+_MISUSE = (StorageKeyError, StorageTensorError, StorageClosedError)
+
+
 class StorageController:
     def __init__(
         self,
@@ -76,6 +103,7 @@ class StorageController:
         self.threshold_pages = threshold_pages
         self.on_backup_done = on_backup_done
         self.faults: list[ControllerFault] = []
+        self.failures: list[ThreadFailure] = []
         self._faults_lock = threading.Lock()
         self._queues = {"prefetch": queue.Queue(), "io": queue.Queue(), "backup": queue.Queue()}
         self.threads = [
@@ -103,11 +131,15 @@ class StorageController:
             if thread.is_alive():
                 stuck.append(thread.name)
         if stuck:
-            raise TimeoutError(f"{', '.join(stuck)} did not stop within {timeout_s}s (held in a gate, a storage call or a collective)")
+            raise CacheTimeoutError(f"{', '.join(stuck)} did not stop within {timeout_s}s (held in a gate, a storage call or a collective)")
 
     def fault_list(self) -> list[ControllerFault]:
         with self._faults_lock:
             return list(self.faults)
+
+    def failure_list(self) -> list[ThreadFailure]:
+        with self._faults_lock:
+            return list(self.failures)
 
     # --- thread bodies -------------------------------------------------------
 
@@ -119,8 +151,8 @@ class StorageController:
                 return
             try:
                 work(item)
-            except Exception as exc:  # a bug must not kill the thread silently
-                self._fault(kind, getattr(item, "request_id", None), exc)
+            except Exception as exc:  # a bug: recorded for the scheduler to raise, the item ended as failed
+                self._failure(kind, getattr(item, "request_id", None), exc)
                 if isinstance(item, PrefetchOperation):
                     item.revoke("error")
                     item.fail_in_flight()
@@ -130,13 +162,28 @@ class StorageController:
         with self._faults_lock:
             self.faults.append(ControllerFault(where, request_id, f"{type(exc).__name__}: {exc}"))
 
+    def _failure(self, where: str, request_id: str | None, exc: BaseException) -> None:
+        failure = ThreadFailure(f"{self.name}-{where}", request_id, exc, traceback.format_exc())
+        with self._faults_lock:
+            self.failures.append(failure)
+
+    def _storage_call(self, where: str, request_id: str | None, call: Callable[[], Any]) -> Any:
+        """Run a storage call (with its gate); a fault is recorded and gives None, a bug propagates."""
+        try:
+            return call()
+        except _MISUSE:
+            raise
+        except Exception as exc:
+            self._fault(where, request_id, exc)
+            return None
+
     def _hit_query(self, op: PrefetchOperation) -> None:
         local = 0
         if not op.is_terminated():
             try:
                 local = self._count_hit(op)
-            except Exception as exc:
-                self._fault("hit_query", op.request_id, exc)
+            except Exception as exc:  # a bug; this rank still joins the collective below
+                self._failure("prefetch", op.request_id, exc)
         # Every rank joins the MIN for every queued operation, whatever its local state (L3).
         agreed = self.hit_reducer.all_reduce_min([local], name=HIT_COLLECTIVE, op=op.request_id)[0]
         if agreed < self.threshold_pages:
@@ -148,12 +195,29 @@ class StorageController:
             op.finish_transfers()
 
     def _count_hit(self, op: PrefetchOperation) -> int:
+        """Leading pages usable in every pool: all of an ALL_PAGES pool's, and a TRAILING pool's state at the end."""
         hashes = op.requested_hashes
-        hit = self.storage.exists_prefix(hashes)
-        for plan in op.pool_transfers:
-            if plan.hit_policy is HitPolicy.ALL_PAGES and hit:
-                hit = min(hit, self.storage.exists_prefix([pool_key(h, plan.pool) for h in hashes[:hit]]))
+        hit = self._exists("hit_query", op, hashes)
+        plans = sorted(op.pool_transfers, key=lambda p: p.hit_policy is not HitPolicy.ALL_PAGES)
+        for plan in plans:
+            if not hit:
+                break
+            if plan.hit_policy is HitPolicy.ALL_PAGES:
+                hit = min(hit, self._exists("hit_query", op, [pool_key(h, plan.pool) for h in hashes[:hit]]))
+            else:
+                hit = self._trailing_hit(op, plan.pool, hashes[:hit])
         return hit
+
+    def _trailing_hit(self, op: PrefetchOperation, pool: str, hashes: Sequence[str]) -> int:
+        """The deepest prefix ending at a stored state: a hit past it could never end a match."""
+        for pages in range(len(hashes), 0, -1):
+            if self._exists("hit_query", op, [pool_key(hashes[pages - 1], pool)]):
+                return pages
+        return 0
+
+    def _exists(self, where: str, op: PrefetchOperation, keys: Sequence[str]) -> int:
+        found = self._storage_call(where, op.request_id, lambda: self.storage.exists_prefix(keys))
+        return 0 if found is None else found
 
     def _load(self, op: PrefetchOperation) -> None:
         ps = self.page_size
@@ -199,17 +263,18 @@ class StorageController:
                     op.end_io(b_start, b_plan.pool, (), b_slots)
                 return
             begun.append((plan, start, slots, keys, firsts, width))
-        results: list[list[bool]]
-        try:
+        transfers = [
+            PoolTransfer(plan.pool, keys, [self.host_pools[plan.pool].page_view(f, width) for f in firsts])
+            for plan, _, _, keys, firsts, width in begun
+        ]
+
+        def get_all() -> list[list[bool]]:
             for _, start, *_ in begun:
                 self.trace.gate(start)
-            transfers = [
-                PoolTransfer(plan.pool, keys, [self.host_pools[plan.pool].page_view(f, width) for f in firsts])
-                for plan, _, _, keys, firsts, width in begun
-            ]
-            results = self.storage.get_v2(transfers)
-        except Exception as exc:
-            self._fault("extra_pool_get", op.request_id, exc)
+            return self.storage.get_v2(transfers)
+
+        results = self._storage_call("extra_pool_get", op.request_id, get_all)
+        if results is None:
             results = [[False] * len(b[3]) for b in begun]
         for (plan, start, slots, _, _, width), ok in zip(begun, results):
             if plan.hit_policy is HitPolicy.ALL_PAGES:
@@ -221,13 +286,15 @@ class StorageController:
             op.end_io(start, plan.pool, slots[: arrived * width], slots[arrived * width :], pages=done_pages)
 
     def _get(self, op: PrefetchOperation, start, pool: str, keys: Sequence[str], firsts: Sequence[int], width: int) -> list[bool]:
-        try:
+        buffer = self.host_pools[pool]
+        targets = [buffer.page_view(f, width) for f in firsts]
+
+        def get() -> list[bool]:
             self.trace.gate(start)
-            buffer = self.host_pools[pool]
-            return self.storage.get(list(keys), [buffer.page_view(f, width) for f in firsts])
-        except Exception as exc:
-            self._fault(f"{pool}_get", op.request_id, exc)
-            return [False] * len(keys)
+            return self.storage.get(list(keys), targets)
+
+        ok = self._storage_call(f"{pool}_get", op.request_id, get)
+        return [False] * len(keys) if ok is None else ok
 
     def _backup(self, job: BackupJob) -> None:
         ps = self.page_size
@@ -236,17 +303,22 @@ class StorageController:
             starts[pool] = self.trace.record(
                 EventKind.IO_START, pool=pool, space=HOST, slots=slots.tolist(), io=self.trace.next_io_id(), value=BACKUP
             )
+        results = None
         try:
-            for start in starts.values():
-                self.trace.gate(start)
             transfers = []
             for pool, slots in job.slots.items():
                 width = ps if job.per_page[pool] else 1
                 keys = job.hashes if job.per_page[pool] else job.hashes[-1:]
                 firsts = slots.tolist()[::width]
                 transfers.append(PoolTransfer(pool, keys, [self.host_pools[pool].page_view(f, width) for f in firsts]))
-            results = self.storage.set_v2(transfers)
-            if self.trace.enabled:
+
+            def set_all() -> list[list[bool]]:
+                for start in starts.values():
+                    self.trace.gate(start)
+                return self.storage.set_v2(transfers)
+
+            results = self._storage_call("backup", None, set_all)
+            if results is not None and self.trace.enabled:
                 for transfer, ok in zip(transfers, results):
                     stored = [(k, t) for k, t, good in zip(transfer.storage_keys(), transfer.tensors, ok) if good]
                     if stored:
@@ -256,14 +328,13 @@ class StorageController:
                             keys=[k for k, _ in stored],
                             digests=[page_digest(tensor_bytes_view(t)) for _, t in stored],
                         )
-        except Exception as exc:
-            self._fault("backup", None, exc)
-            results = [[False] * (len(job.hashes) if job.per_page[p] else 1) for p in job.slots]
-        for (pool, slots), ok in zip(job.slots.items(), results):
-            job.results[pool] = list(ok)
-            start = starts[pool]
-            self.trace.record(EventKind.IO_END, pool=pool, space=HOST, slots=slots.tolist(), io=start.io, value=all(ok))
-        self.on_backup_done(job)
+        finally:  # even after a bug: the job ends (as failed), so flush() and the host pin do not wait forever
+            if results is None:
+                results = [[False] * (len(job.hashes) if job.per_page[p] else 1) for p in job.slots]
+            for (pool, slots), ok in zip(job.slots.items(), results):
+                job.results[pool] = list(ok)
+                self.trace.record(EventKind.IO_END, pool=pool, space=HOST, slots=slots.tolist(), io=starts[pool].io, value=all(ok))
+            self.on_backup_done(job)
 
 
 def _leading(ok: Sequence[bool]) -> int:

@@ -136,6 +136,13 @@ class CopyTracker:
         else:
             self._do_free(space, group, slots, tuple(pools))
 
+    def deferred_slots(self) -> dict[tuple[str, str], int]:
+        """Slots per (space, group) whose free waits on a pending copy: still allocated."""
+        out: dict[tuple[str, str], int] = {}
+        for item in self._deferred:
+            out[(item.space, item.group)] = out.get((item.space, item.group), 0) + len(item.slots)
+        return out
+
     def pending_count(self) -> int:
         return len(self._pending) + len(self._deferred)
 

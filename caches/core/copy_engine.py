@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from caches.core.pools import DeviceLike, PoolBuffer, check_slots
+from caches.errors import CacheTimeoutError
 
 __all__ = ["CopyEngine", "CopyHandle", "CopyTimeout", "CopyEngineError", "CopyError", "DEFAULT_COPY_TIMEOUT_S"]
 
@@ -39,7 +40,7 @@ class CopyEngineError(ValueError):
     """A copy request or the engine's configuration is invalid."""
 
 
-class CopyTimeout(TimeoutError):
+class CopyTimeout(CacheTimeoutError):
     """A bounded wait on a copy ran out before the copy completed."""
 
 
@@ -349,4 +350,4 @@ class _CpuCopyStream:
         self._queue.put(_STOP)
         self.thread.join(timeout_s)
         if self.thread.is_alive():
-            raise TimeoutError(f"{self.thread.name} did not stop within {timeout_s}s (a copy is held or stuck)")
+            raise CacheTimeoutError(f"{self.thread.name} did not stop within {timeout_s}s (a copy is held or stuck)")

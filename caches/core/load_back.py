@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from caches.core.arguments import checked_count
 from caches.core.pools import tensor_bytes_view
 from caches.core.tree import TreeNode
+from caches.errors import CacheArgumentError
 from caches.storage import pool_key
 from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, EventKind, page_digest
 
@@ -23,6 +25,7 @@ class LoadBackPath:
         shorter than load_back_min_tokens, over `quota_tokens`, or does not fit.
         The copies may still run when this returns; readers wait on them.
         """
+        self._load_back_arguments(node, quota_tokens)
         path: list[TreeNode] = []
         anchor = node
         while anchor is not self.tree.root and anchor.value is None:
@@ -58,6 +61,13 @@ class LoadBackPath:
             self.tree.unlock(anchor)
         self.stats.loaded_back_tokens += total
         return device
+
+    def _load_back_arguments(self: "HierarchicalCache", node: TreeNode, quota_tokens: int | None) -> None:
+        self._ensure_usable("load_back")
+        if not self.tree.contains(node):
+            raise CacheArgumentError("node", node, "a node of this cache's tree, as match_prefix returns it")
+        if quota_tokens is not None:
+            checked_count("quota_tokens", quota_tokens)
 
     def _load_back_states(self: "HierarchicalCache", last: TreeNode) -> None:
         for pool, ref in self.states(last).items():
@@ -99,6 +109,9 @@ class LoadBackPath:
 
     def read_device(self: "HierarchicalCache", device_slots: torch.Tensor, *, state_node: TreeNode | None = None) -> dict[str, torch.Tensor]:
         """Device bytes of every pool for these slots (after pending copies finish)."""
+        self._ensure_usable("read_device")
+        if state_node is not None and not self.tree.contains(state_node):
+            raise CacheArgumentError("state_node", state_node, "None or a node of this cache's tree")
         self.copies.wait()
         out = {pool: self.device_pools[pool].read(device_slots).cpu() for pool in self.token_pools}
         if state_node is not None:

@@ -67,6 +67,8 @@ class Progress:
     terminated: bool
     pool_progress: tuple[PoolProgress, ...] = ()
     in_flight_units: Mapping[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    # The trace position when this snapshot was taken (IO events past it were not seen).
+    trace_position: int | None = None
 
     @property
     def in_flight(self) -> dict[str, frozenset[int]]:
@@ -163,6 +165,7 @@ class PrefetchOperation:
             terminated=self._terminated,
             pool_progress=tuple(PoolProgress(p.pool, p.hit_policy, p.completed_pages) for p in self.pool_transfers),
             in_flight_units={pool: (tuple(units), self._width[pool]) for pool, units in self._in_flight.items() if units},
+            trace_position=self.trace.position(),
         )
 
     # --- the prefetch thread ------------------------------------------------
@@ -317,6 +320,16 @@ class PrefetchOperation:
             self._free_slots(group, slots)
             freed += len(slots)
         return freed
+
+    def allocated_slots(self) -> dict[str, int]:
+        """Slot numbers per allocator group not yet returned to the allocator (held, or released but not drained)."""
+        with self.lock:
+            units: dict[str, set[int]] = {}
+            for group, unit in self._holders:
+                units.setdefault(group, set()).add(unit)
+            for group, returnable in self._returnable.items():
+                units.setdefault(group, set()).update(returnable)
+            return {group: len(found) * self._group_width[group] for group, found in units.items()}
 
     def owned_slots(self) -> dict[str, list[int]]:
         with self.lock:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-
+from caches.core.arguments import checked_request_id, checked_request_ids, checked_tokens
 from caches.core.hashing import page_hashes
 from caches.core.operation import PoolPlan, PrefetchOperation, Progress
 from caches.core.tree import TreeNode
+from caches.errors import CacheArgumentError
 from spec.decision import UNTRACKED_PAYLOAD, VOTE_COLLECTIVE, DecisionState
-from spec.errors import ConfigError
 from spec.fence import COMMIT_COLLECTIVE, HitPolicy, commit_payload, committable_pages, read_commit, untracked_commit_payload
 from spec.trace import HOST, EventKind
 
@@ -31,27 +31,51 @@ class PrefetchPath:
         Returns the tokens requested (0 when nothing was queued: too short,
         over the prefetch capacity, or no host room even after eviction).
         """
-        if not isinstance(request_id, str) or not request_id:
-            raise ConfigError("request_id", request_id, "a non-empty string")
-        if request_id in self.ongoing_prefetch:
-            raise ConfigError("request_id", request_id, "an id with no prefetch in flight")
-        tokens = [int(t) for t in tokens]
+        tokens = self._prefetch_arguments(request_id, tokens)
         ps = self.page_size
         node = self.tree.match_prefix(tokens).deepest_backed_up_node
         start = self.tree.depth(node)
         pages = (len(tokens) - start) // ps
         pages = min(pages, (self.config.prefetch_capacity_tokens - self.prefetch_tokens_occupied) // ps)
-        # Host slots up front; a shortfall shrinks the prefetch to what fits.
+        if pages < self.config.prefetch_threshold_pages:
+            return 0
+        # The anchor is pinned before room is made: host eviction must never take
+        # the node this prefetch will hang its pages below.
+        self.tree.pin_host(node)
+        try:
+            op = self._make_prefetch(request_id, tokens[start:], node, pages)
+        except BaseException:
+            self.tree.unpin_host(node)
+            raise
+        if op is None:
+            self.tree.unpin_host(node)
+            return 0
+        self.ongoing_prefetch[request_id] = op
+        self.prefetch_tokens_occupied += len(op.tokens)
+        self.stats.prefetches_started += 1
+        self.controller.submit_prefetch(op)
+        return len(op.tokens)
+
+    def _prefetch_arguments(self: "HierarchicalCache", request_id: str, tokens: Sequence[int]) -> list[int]:
+        self._ensure_usable("prefetch_from_storage")
+        checked_request_id(request_id)
+        if request_id in self.ongoing_prefetch:
+            raise CacheArgumentError("request_id", request_id, "an id with no prefetch in flight")
+        return checked_tokens(tokens)
+
+    def _make_prefetch(self: "HierarchicalCache", request_id: str, missing: list[int], node: TreeNode, pages: int) -> PrefetchOperation | None:
+        """Host slots up front (a shortfall shrinks the prefetch to what fits), then the operation; None if too little fits."""
+        ps = self.page_size
         host = self.allocators[(HOST, "kv")]
         if host.free_slots() < pages * ps:
             self.copies.wait()  # settle thread-timed frees first, as _alloc does
         if host.free_slots() < pages * ps:
-            self.evict_host(pages * ps - host.free_slots())
+            self._evict_host(pages * ps - host.free_slots())
             self.copies.wait()
         pages = min(pages, host.free_slots() // ps)
         if pages < self.config.prefetch_threshold_pages:
-            return 0
-        wanted = tokens[start : start + pages * ps]
+            return None
+        wanted = missing[: pages * ps]
         hashes = page_hashes(wanted, ps, prev=node.last_hash)
         started = self.clock.now()
         self.trace.record(
@@ -78,15 +102,14 @@ class PrefetchPath:
             last_node=node,
         )
         op.tokens = wanted
-        self.tree.pin_host(node)
-        self.ongoing_prefetch[request_id] = op
-        self.prefetch_tokens_occupied += len(wanted)
-        self.stats.prefetches_started += 1
-        self.controller.submit_prefetch(op)
-        return len(wanted)
+        return op
 
     def release_aborted_request(self: "HierarchicalCache", request_id: str) -> None:
         """The request is gone: stop its prefetch and return every slot (F8)."""
+        self._ensure_usable("release_aborted_request")
+        self._abort_prefetch(checked_request_id(request_id))
+
+    def _abort_prefetch(self: "HierarchicalCache", request_id: str) -> None:
         op = self.ongoing_prefetch.get(request_id)
         if op is None:
             return
@@ -97,6 +120,11 @@ class PrefetchPath:
         self._finish_prefetch(op)
 
     # --- helpers for each cache's check_prefetch_progress -------------------------
+
+    def _checked_request_ids(self: "HierarchicalCache", request_ids: Sequence[str]) -> list[str]:
+        """check_prefetch_progress's one argument rule, the same in every cache."""
+        self._ensure_usable("check_prefetch_progress")
+        return checked_request_ids(request_ids)
 
     def _begin_step(self: "HierarchicalCache") -> int:
         self._step += 1
@@ -131,7 +159,8 @@ class PrefetchPath:
             pool_transfers_done=progress.pool_transfers_done,
             terminated=progress.terminated,
         )
-        self.trace.record(EventKind.VOTE, op=op.request_id, step=self._step, value=bool(vote), state=state)
+        # `seen`: where in the trace the snapshot was taken; IO ending after it was not seen by this vote.
+        self.trace.record(EventKind.VOTE, op=op.request_id, step=self._step, value=bool(vote), state=state, seen=getattr(progress, "trace_position", None))
 
     def _join_untracked(self: "HierarchicalCache", request_id: str, step: int) -> None:
         """X4: a request this rank no longer tracks still joins its collectives, neutrally."""

@@ -762,15 +762,21 @@ class RadixTree:
         node.parent = None
         self._node_count -= 1
 
-    def _check_in_tree(self, node: TreeNode, field_name: str) -> None:
+    def contains(self, node: object) -> bool:
+        """Whether ``node`` is this tree's root or a node still attached below it."""
         if not isinstance(node, TreeNode):
-            raise TreeUsageError(f"{field_name} is {node!r}: expected a TreeNode")
+            return False
         current = node
         while current.parent is not None:
             if current.parent.children.get(current.key[: self.page_size]) is not current:
                 break
             current = current.parent
-        if current is not self.root:
+        return current is self.root
+
+    def _check_in_tree(self, node: TreeNode, field_name: str) -> None:
+        if not isinstance(node, TreeNode):
+            raise TreeUsageError(f"{field_name} is {node!r}: expected a TreeNode")
+        if not self.contains(node):
             raise TreeUsageError(f"{field_name} {node!r} is not in this tree (deleted?)")
 
     def _check_aligned(self, key: tuple[int, ...]) -> None:

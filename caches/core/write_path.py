@@ -10,16 +10,18 @@ its storage backup runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from caches.core.arguments import checked_count, checked_tokens
 from caches.core.controller import BackupJob
 from caches.core.copies import CopyRecord
 from caches.core.state import StateRef
 from caches.core.tree import InsertResult, MatchResult, TreeNode
-from spec.errors import ConfigError
+from caches.errors import CacheArgumentError, CacheFullError, CacheTimeoutError
 from spec.trace import DEVICE, HOST, WRITE_BACK_COPY
 
 if TYPE_CHECKING:
@@ -27,9 +29,7 @@ if TYPE_CHECKING:
 
 HIT_THRESHOLD = {"write_through": 1, "write_through_selective": 2, "write_back": None}
 
-
-class CacheFullError(RuntimeError):
-    """A tier has no room for the data even after eviction."""
+__all__ = ["CacheFullError", "HIT_THRESHOLD", "PendingWrite", "WritePath"]
 
 
 @dataclass
@@ -62,8 +62,10 @@ class WritePath:
 
         data[token pool]: [>= full-page tokens, *elem_shape]; data[state pool]
         (optional): [1, *elem_shape], the state after the last full page.
+        Everything is checked before a slot is taken: a refused write changes nothing.
         """
-        tokens = [int(t) for t in tokens]
+        self._ensure_usable("write")
+        tokens = checked_tokens(tokens)
         count = len(tokens) - len(tokens) % self.page_size
         self._check_write_data(data, count)
         if count == 0:
@@ -71,16 +73,22 @@ class WritePath:
         slots = self._alloc(DEVICE, "kv", count)
         if slots is None:
             raise CacheFullError(f"{self.name}: device tier cannot hold {count} tokens even after eviction")
-        for pool in self.token_pools:
-            self.device_pools[pool].write(slots, data[pool][:count].to(self.device))
         states: dict[str, int] = {}
-        for pool in self.state_pools:
-            if pool in data:
-                slot = self._alloc(DEVICE, "state", 1)
-                if slot is None:
-                    continue  # no room for the state: the prefix is cached without it
-                self.device_pools[pool].write(slot, data[pool].reshape(1, *self.device_pools[pool].spec.elem_shape).to(self.device))
-                states[pool] = int(slot[0])
+        try:
+            for pool in self.token_pools:
+                self.device_pools[pool].write(slots, data[pool][:count].to(self.device))
+            for pool in self.state_pools:
+                if pool in data:
+                    slot = self._alloc(DEVICE, "state", 1)
+                    if slot is None:
+                        continue  # no room for the state: the prefix is cached without it
+                    states[pool] = int(slot[0])
+                    self.device_pools[pool].write(slot, data[pool].reshape(1, *self.device_pools[pool].spec.elem_shape).to(self.device))
+        except BaseException:
+            self.copies.free(DEVICE, "kv", slots, pools=self.token_pools)
+            for pool, slot in states.items():
+                self.copies.free(DEVICE, "state", [slot], pools=[pool])
+            raise
         return self.insert(tokens[:count], slots, states=states)
 
     def insert(self: "HierarchicalCache", tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None) -> InsertResult:
@@ -104,7 +112,8 @@ class WritePath:
         return result
 
     def match_prefix(self: "HierarchicalCache", tokens: Sequence[int]) -> MatchResult:
-        result = self.tree.match_prefix(tokens)
+        self._ensure_usable("match_prefix")
+        result = self.tree.match_prefix(checked_tokens(tokens))
         path = self.tree.path_to(result.device_node)
         for node in path:
             node.hit_count += 1
@@ -114,16 +123,18 @@ class WritePath:
     def _new_state_ref(self: "HierarchicalCache") -> StateRef:
         return StateRef()
 
-    def _check_write_data(self: "HierarchicalCache", data: Mapping[str, torch.Tensor], count: int) -> None:
+    def _check_write_data(self: "HierarchicalCache", data: Any, count: int) -> None:
+        if not isinstance(data, Mapping):
+            raise CacheArgumentError("data", type(data).__name__, "a mapping of pool name to tensor")
         for pool in data:
             if pool not in self.device_pools:
-                raise ConfigError("data", pool, "pools of this cache: " + ", ".join(self.device_pools))
+                raise CacheArgumentError("data", pool, "pools of this cache: " + ", ".join(self.device_pools))
         for pool in self.token_pools:
             spec = self.device_pools[pool].spec
             tensor = data.get(pool)
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 + len(spec.elem_shape) or tensor.shape[0] < count or tuple(tensor.shape[1:]) != spec.elem_shape or tensor.dtype != spec.dtype:
                 got = None if tensor is None else (tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
-                raise ConfigError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [>= {count}, {', '.join(map(str, spec.elem_shape))}]")
+                raise CacheArgumentError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [>= {count}, {', '.join(map(str, spec.elem_shape))}]")
         for pool in self.state_pools:
             tensor = data.get(pool)
             if tensor is None:
@@ -131,7 +142,7 @@ class WritePath:
             spec = self.device_pools[pool].spec
             if not isinstance(tensor, torch.Tensor) or tensor.numel() != spec.bytes_per_slot // spec.dtype.itemsize or tensor.dtype != spec.dtype:
                 got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ConfigError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [1, {', '.join(map(str, spec.elem_shape))}]")
+                raise CacheArgumentError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [1, {', '.join(map(str, spec.elem_shape))}]")
 
     # --- device -> host ----------------------------------------------------------
 
@@ -178,6 +189,10 @@ class WritePath:
 
     def writing_check(self: "HierarchicalCache") -> None:
         """Apply finished backups, in counts every rank agrees on."""
+        self._ensure_usable("writing_check")
+        self._writing_check()
+
+    def _writing_check(self: "HierarchicalCache") -> None:
         self.copies.poll()
         ready = 0
         for pending in self._pending_writes:
@@ -247,38 +262,53 @@ class WritePath:
 
         A fixed number of collectives per call, so ranks stay in step.
         """
+        self._ensure_usable("flush")
+        self._flush()
+
+    def _flush(self: "HierarchicalCache") -> None:
         self.copies.wait()
-        self.writing_check()
+        self._writing_check()
         timeout = self.config.wait_timeout_s
         with self._backup_cv:
             arrived = self._backup_cv.wait_for(lambda: len(self.backup_acks) >= self._backups_in_flight, timeout)
             missing = self._backups_in_flight - len(self.backup_acks)
         if not arrived:
-            raise TimeoutError(f"{self.name} rank {self.rank}: {missing} storage backups not acknowledged within {timeout}s (backup thread held or storage stuck)")
-        self.writing_check()
+            raise CacheTimeoutError(f"{self.name} rank {self.rank}: {missing} storage backups not acknowledged within {timeout}s (backup thread held or storage stuck)")
+        self._writing_check()
 
     # --- eviction ------------------------------------------------------------------
 
     def evict(self: "HierarchicalCache", num_tokens: int) -> int:
+        """Free at least `num_tokens` device tokens if possible, least recently used first; returns tokens evicted."""
+        self._ensure_usable("evict")
+        return self._evict(checked_count("num_tokens", num_tokens))
+
+    def evict_host(self: "HierarchicalCache", num_tokens: int) -> int:
+        """Free at least `num_tokens` host tokens if possible (storage keeps its pages); returns tokens evicted."""
+        self._ensure_usable("evict_host")
+        return self._evict_host(checked_count("num_tokens", num_tokens))
+
+    def _evict(self: "HierarchicalCache", num_tokens: int) -> int:
         if self.config.write_policy == "write_back":
             self._back_up_before_evict()
         return self.tree.evict(num_tokens, on_demote=self._drop_device, on_delete=self._drop_device, can_evict=self._can_evict_device)
 
-    def evict_host(self: "HierarchicalCache", num_tokens: int) -> int:
+    def _evict_host(self: "HierarchicalCache", num_tokens: int) -> int:
         return self.tree.evict_host(num_tokens, on_delete=self._drop_host, can_evict=self._can_evict_host)
 
     def evict_all(self: "HierarchicalCache") -> None:
         """Empty the device and host tiers (storage keeps its pages)."""
-        self.flush()
-        self.evict(self.tree.device_tokens())
-        self.evict_host(self.tree.host_tokens())
+        self._ensure_usable("evict_all")
+        self._flush()
+        self._evict(self.tree.device_tokens())
+        self._evict_host(self.tree.host_tokens())
         self.copies.wait()
 
     def _back_up_before_evict(self: "HierarchicalCache") -> None:
         started = [self._write_backup(node) for node in self.tree.iter_nodes() if node.lock_ref == 0]
         if any(started):
             self.copies.wait()
-            self.writing_check()
+            self._writing_check()
 
     def _can_evict_device(self: "HierarchicalCache", node: TreeNode) -> bool:
         return "pending_write" not in node.ext

@@ -17,6 +17,8 @@ from typing import Iterator, Sequence
 
 import torch
 
+from caches.errors import StorageClosedError, StorageConfigError, StorageError, StorageKeyError, StorageTensorError
+
 __all__ = [
     "StorageBackend",
     "StorageError",
@@ -31,29 +33,11 @@ __all__ = [
     "pool_key",
 ]
 
-KEY_PATTERN = re.compile(r"[0-9a-f]{64}(?:\.[a-z][a-z0-9_]*)?")
+# A pool name is short: a key is a file name on some backends (at most 255 bytes).
+MAX_POOL_NAME = 32
+KEY_PATTERN = re.compile(r"[0-9a-f]{64}(?:\.[a-z][a-z0-9_]{0,%d})?" % (MAX_POOL_NAME - 1))
 PAGE_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")
-POOL_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
-
-
-class StorageError(Exception):
-    """Base class of storage errors."""
-
-
-class StorageKeyError(StorageError, ValueError):
-    """A storage key is not a page hash, optionally with a pool suffix."""
-
-
-class StorageConfigError(StorageError, ValueError):
-    """A backend cannot be set up with the given configuration."""
-
-
-class StorageTensorError(StorageError, ValueError):
-    """A target or source tensor cannot be used for a storage transfer."""
-
-
-class StorageClosedError(StorageError, RuntimeError):
-    """The backend was used after ``close()``."""
+POOL_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,%d}" % (MAX_POOL_NAME - 1))
 
 
 @dataclass(frozen=True)
@@ -104,7 +88,7 @@ def validate_key(key: object) -> str:
         shown = key if isinstance(key, str) else f"{key!r} ({type(key).__name__})"
         raise StorageKeyError(
             f"storage key '{shown}' is invalid: expected 64 lowercase hex digits, "
-            f"optionally followed by '.<pool>'"
+            f"optionally followed by '.<pool>' (a lowercase identifier of at most {MAX_POOL_NAME} characters)"
         )
     return key
 
@@ -113,7 +97,7 @@ def _validate_pool(pool: object) -> str:
     if not isinstance(pool, str) or POOL_NAME_PATTERN.fullmatch(pool) is None:
         raise StorageKeyError(
             f"pool name {pool!r} is invalid: expected a lowercase identifier "
-            f"matching [a-z][a-z0-9_]*"
+            f"matching [a-z][a-z0-9_]* of at most {MAX_POOL_NAME} characters"
         )
     return pool
 

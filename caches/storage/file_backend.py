@@ -1,15 +1,19 @@
 """A storage backend that keeps one file per page under a root directory.
 
 Layout: ``<root>/<first two hex digits>/<key>`` (256 subdirectories keep each
-directory small). A file is a 16-byte header (magic, format version, payload
-length) followed by the raw page bytes, so a truncated or foreign file is a
-miss, not a hit. Writes go to a temporary file in the same directory and are
-published with ``os.replace`` (atomic), so a reader sees either nothing or a
-whole page. POSIX only (uses ``os.readv``/``os.writev``).
+directory small). A file is a 32-byte header (magic, format version, checksum
+algorithm, payload length, namespace tag, checksum bound to the key) followed
+by the raw page bytes. A truncated, foreign, damaged or misplaced file, or one
+written under another namespace, is a miss with a recorded fault, never a hit
+(caches/storage/integrity.py says what the checksums detect). Writes go to a
+temporary file in the same directory and are published with ``os.replace``
+(atomic), so a reader sees either nothing or a whole page. POSIX only (uses
+``os.readv``/``os.writev``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import struct
@@ -20,14 +24,22 @@ from pathlib import Path
 import torch
 
 from caches.core.pools import tensor_bytes_view
-from caches.storage.base import StorageBackend, StorageConfigError, validate_key
+from caches.storage.base import StorageBackend, StorageConfigError, StorageError, validate_key
+from caches.storage.integrity import CHECKSUMS, DEFAULT_CHECKSUM, bound_checksum, checksums
 
-__all__ = ["FileStorage", "FILE_MAGIC", "FILE_FORMAT_VERSION", "FILE_HEADER"]
+__all__ = ["FileStorage", "FILE_MAGIC", "FILE_FORMAT_VERSION", "FILE_HEADER", "namespace_tag"]
 
 FILE_MAGIC = b"HCPG"
-FILE_FORMAT_VERSION = 1
-# magic, format version, reserved (0), payload length in bytes
-FILE_HEADER = struct.Struct("<4sHHQ")
+FILE_FORMAT_VERSION = 2
+# magic, format version, checksum algorithm id, payload length in bytes,
+# namespace tag, checksum of the payload bound to the key
+FILE_HEADER = struct.Struct("<4sHHQ8sQ")
+_ALGORITHMS = {number: name for name, number in CHECKSUMS.items()}
+
+
+def namespace_tag(namespace: str) -> bytes:
+    """The 8 bytes a page header carries for its namespace."""
+    return hashlib.blake2b(namespace.encode(), digest_size=8).digest()
 
 _O_BINARY = getattr(os, "O_BINARY", 0)
 
@@ -69,15 +81,35 @@ class FileStorage(StorageBackend):
 
     ``fsync=True`` flushes each page to disk before publishing it; without it a
     crash can leave a short file, which the header check turns into a miss.
+    ``namespace`` names what makes stored bytes interchangeable (the caches
+    derive it from model, dtype, pool shapes, page size and ranks); a page
+    written under another namespace is a miss. ``checksum`` picks the algorithm
+    written into new pages; a reader verifies whichever one a page names.
     ``read_threads`` pages of one batch are read at once (the calling thread
     plus read_threads - 1 helpers): reads release the GIL, and one thread
     alone leaves memory bandwidth unused.
     """
 
-    def __init__(self, root: Path | str, *, fsync: bool = False, read_threads: int = 2, read_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        fsync: bool = False,
+        read_threads: int = 2,
+        read_timeout_s: float = 60.0,
+        namespace: str = "",
+        checksum: str = DEFAULT_CHECKSUM,
+    ) -> None:
         super().__init__()
         if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
             raise StorageConfigError(f"read_threads={read_threads!r} is invalid: expected an integer >= 1")
+        if not isinstance(namespace, str):
+            raise StorageConfigError(f"namespace={namespace!r} is invalid: expected a string")
+        if checksum not in CHECKSUMS:
+            raise StorageConfigError(f"checksum={checksum!r} is invalid: expected one of {', '.join(map(repr, CHECKSUMS))}")
+        self.namespace = namespace
+        self._namespace_tag = namespace_tag(namespace)
+        self._checksum = checksum
         self._read_threads = read_threads
         self._read_timeout_s = read_timeout_s
         self._readers = (
@@ -138,12 +170,12 @@ class FileStorage(StorageBackend):
 
     def _get_many(self, keys: list[str], targets: list[torch.Tensor]) -> list[bool]:
         if self._readers is None or len(keys) < 2:
-            return super()._get_many(keys, targets)
+            return self._read_verified(keys, targets)
         # Contiguous chunks, one per reader; the caller reads the first itself.
         per = -(-len(keys) // self._read_threads)
         chunks = [(keys[i : i + per], targets[i : i + per]) for i in range(0, len(keys), per)]
-        futures = [self._readers.submit(super(FileStorage, self)._get_many, k, t) for k, t in chunks[1:]]
-        results = super()._get_many(*chunks[0])
+        futures = [self._readers.submit(self._read_verified, k, t) for k, t in chunks[1:]]
+        results = self._read_verified(*chunks[0])
         for future in futures:
             try:
                 results += future.result(timeout=self._read_timeout_s)
@@ -151,19 +183,34 @@ class FileStorage(StorageBackend):
                 raise TimeoutError(f"{self!r}: a page read did not finish within {self._read_timeout_s}s") from None
         return results
 
+    def _read_verified(self, keys: list[str], targets: list[torch.Tensor]) -> list[bool]:
+        """Read pages, then verify their checksums (one vectorized pass per algorithm when possible)."""
+        stored = [self._read_page(key, target) for key, target in zip(keys, targets)]
+        for algorithm in {s[0] for s in stored if s is not None}:
+            indices = [i for i, s in enumerate(stored) if s is not None and s[0] == algorithm]
+            for i, value in zip(indices, checksums(algorithm, [targets[i] for i in indices])):
+                if bound_checksum(value, keys[i]) != stored[i][1]:
+                    self.record_fault(keys[i], f"checksum mismatch ({algorithm}): the page is damaged or stored under another key")
+                    stored[i] = None
+        return [s is not None for s in stored]
+
     def close(self) -> None:
         super().close()
         if self._readers is not None:
             self._readers.shutdown(wait=True)
 
     def _get_one(self, key: str, target: torch.Tensor) -> bool:
+        return self._read_verified([key], [target])[0]
+
+    def _read_page(self, key: str, target: torch.Tensor) -> tuple[str, int] | None:
+        """Read one page into ``target``; (checksum algorithm, stored checksum), or None on a miss."""
         try:
             fd = os.open(self._path(key), os.O_RDONLY | _O_BINARY)
         except FileNotFoundError:
-            return False
+            return None
         except OSError as exc:
             self.record_fault(key, f"cannot open page file: {type(exc).__name__}: {exc}")
-            return False
+            return None
         header = memoryview(bytearray(FILE_HEADER.size))
         payload = tensor_bytes_view(target)
         # One byte past the expected end tells a longer file from an exact one.
@@ -172,27 +219,31 @@ class FileStorage(StorageBackend):
             total = _read_fully(fd, [header, payload, overflow], len(header) + len(payload))
         except OSError as exc:
             self.record_fault(key, f"read failed: {type(exc).__name__}: {exc}")
-            return False
+            return None
         finally:
             os.close(fd)
         reason = self._check_read(total, header, len(payload))
         if reason is not None:
             self.record_fault(key, reason)
-            return False
-        return True
+            return None
+        _, _, algorithm, _, _, stored = FILE_HEADER.unpack(header)
+        return _ALGORITHMS[algorithm], stored
 
-    @staticmethod
-    def _check_read(total: int, header: memoryview, expected: int) -> str | None:
-        """Why a read page cannot be used, or None when it is whole and fits."""
+    def _check_read(self, total: int, header: memoryview, expected: int) -> str | None:
+        """Why a read page cannot be used, or None when it is whole and fits (its checksum is checked after)."""
         if total < FILE_HEADER.size:
             return f"truncated header: file holds {total} bytes, header needs {FILE_HEADER.size}"
-        magic, version, _reserved, length = FILE_HEADER.unpack(header)
+        magic, version, algorithm, length, tag, _ = FILE_HEADER.unpack(header)
         if magic != FILE_MAGIC:
             return f"foreign file: magic {bytes(magic)!r}, expected {FILE_MAGIC!r}"
         if version != FILE_FORMAT_VERSION:
             return f"unsupported format version {version}, expected {FILE_FORMAT_VERSION}"
+        if algorithm not in _ALGORITHMS:
+            return f"unknown checksum algorithm id {algorithm}, expected one of {sorted(_ALGORITHMS)}"
         if length != expected:
             return f"size mismatch: stored page is {length} bytes, target holds {expected}"
+        if tag != self._namespace_tag:
+            return f"page of another namespace: its tag {tag.hex()} is not this store's {self._namespace_tag.hex()} ({self.namespace!r})"
         payload_read = total - FILE_HEADER.size
         if payload_read < length:
             return f"truncated payload: {payload_read} of {length} bytes present"
@@ -205,8 +256,9 @@ class FileStorage(StorageBackend):
         directory = os.path.dirname(final)
         temp = os.path.join(directory, f".{key}.{secrets.token_hex(8)}.tmp")
         payload = tensor_bytes_view(source)
+        stored = bound_checksum(checksums(self._checksum, [source])[0], key)
         header = memoryview(
-            FILE_HEADER.pack(FILE_MAGIC, FILE_FORMAT_VERSION, 0, len(payload))
+            FILE_HEADER.pack(FILE_MAGIC, FILE_FORMAT_VERSION, CHECKSUMS[self._checksum], len(payload), self._namespace_tag, stored)
         )
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
         try:
@@ -243,4 +295,6 @@ class FileStorage(StorageBackend):
                 removed += 1
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                raise StorageError(f"{self!r}: cannot remove page {key}: {type(exc).__name__}: {exc.strerror or exc}") from None
         return removed

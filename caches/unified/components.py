@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
 
 from caches.core.tree import TreeNode
-from spec.errors import ConfigError
+from caches.core.arguments import checked_count
 from spec.fence import HitPolicy
 from spec.trace import HOST
 
@@ -220,7 +220,7 @@ class FullAttention(ComponentBase):
 
     def evict_host(self, count: int) -> int:
         """KV cannot be dropped apart from the tree's structure: host eviction is the tree's."""
-        return self._cache.evict_host(count)
+        return self._cache._evict_host(checked_count("count", count))
 
 
 class Mamba(ComponentBase):
@@ -273,8 +273,7 @@ class Mamba(ComponentBase):
         Skips states this component locks or pins and states a storage backup
         still reads. The slot returns to its allocator once no copy touches it.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ConfigError("count", count, "an integer >= 0")
+        checked_count("count", count)
         dropped = 0
         for node in self.least_recent():
             if dropped >= count:

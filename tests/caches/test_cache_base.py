@@ -25,7 +25,9 @@ from conformance.gates import Gate
 from spec import check
 from spec.clock import ManualClock
 from spec.errors import ConfigError
-from spec.trace import DEVICE, HOST, LOAD, LOAD_BACK_COPY, EventKind, TraceRecorder
+from spec.trace import HOST, LOAD, LOAD_BACK_COPY, EventKind, TraceRecorder
+
+from oracles import Oracle  # tests/caches/oracles.py, importable through tests/caches/conftest.py
 
 PS = 4
 WAIT_S = 10.0
@@ -92,37 +94,19 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
-def tree_holds(cache) -> dict[str, int]:
-    """Slots the tree and unacknowledged backups hold, counted without the allocators."""
-    held = {f"{DEVICE}:kv": 0, f"{HOST}:kv": 0, f"{DEVICE}:state": 0, f"{HOST}:state": 0}
-    for node in cache.tree.iter_nodes():
-        held[f"{DEVICE}:kv"] += 0 if node.value is None else len(node.value)
-        held[f"{HOST}:kv"] += 0 if node.host_value is None else len(node.host_value)
-        for ref in cache.states(node).values():
-            held[f"{DEVICE}:state"] += ref.device is not None
-            held[f"{HOST}:state"] += ref.host is not None
-    for pending in cache._pending_writes:  # device->host backups not yet acknowledged
-        held[f"{HOST}:kv"] += sum(len(host) for _, host in pending.parts)
-        held[f"{HOST}:state"] += len(pending.states)
-    return held
-
-
 def assert_accounting(cache, *, settled: bool = True) -> None:
-    """allocated + free == capacity, and never less allocated than the tree holds.
+    """allocated + free == capacity, and allocated == what the holders hold (oracles.Oracle).
 
-    settled (no prefetch ongoing or draining): exactly what the tree holds, no leak.
+    settled (no prefetch ongoing or draining): the tree alone holds every allocated slot, no leak.
     """
-    for name, (allocated, free, capacity) in cache.slot_accounting().items():
-        assert allocated + free == capacity, f"{name}: allocated {allocated} + free {free} != capacity {capacity}"
     if settled:
         assert not cache.ongoing_prefetch, f"prefetches still ongoing: {list(cache.ongoing_prefetch)}"
         cache.copies.wait()  # runs the frees that waited on copies
-    held = tree_holds(cache)
-    for name, (allocated, _, _) in cache.slot_accounting().items():
-        if settled:
-            assert allocated == held[name], f"{name}: {allocated} slots allocated but the tree holds {held[name]}"
-        else:
-            assert allocated >= held[name], f"{name}: the tree holds {held[name]} slots but only {allocated} are allocated"
+    Oracle.assert_exact(cache)
+    if settled:
+        tree = Oracle.tree_held(cache)
+        for name, (allocated, _, _) in cache.slot_accounting().items():
+            assert allocated == tree[name], f"{name}: {allocated} slots allocated but the tree holds {tree[name]}"
 
 
 def store(cache, tokens, data) -> None:

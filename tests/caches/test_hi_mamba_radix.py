@@ -257,10 +257,16 @@ def test_state_attached_only_when_its_transfer_hit(make, clock, damage):
 
     trace = TraceRecorder(clock)
     cache = make(trace=trace)
-    assert run_prefetch(cache, "r1", tokens) == 16
-    node, ref = state_ref(cache, tokens)
-    assert node.host_value is not None  # the KV was committed
-    assert ref is None or ref.host is None  # but no state came with it
+    committed = run_prefetch(cache, "r1", tokens)
+    if damage == "delete":
+        # The hit query finds no stored state at any page: nothing a match could end at is committed.
+        assert committed == 0 and cache.tree.host_tokens() == 0
+    else:
+        # The state is stored but its transfer fails: the KV is committed without it (F4).
+        assert committed == 16
+        node, ref = state_ref(cache, tokens)
+        assert node.host_value is not None
+        assert ref is None or ref.host is None
     assert cache.slot_accounting()["host:state"][0] == 0  # its slot went back
     assert hits(cache, tokens) == (0, 0)  # so nothing is usable
     assert_accounting(cache)
@@ -276,7 +282,9 @@ def test_a_prefetch_below_a_host_state_keeps_the_shorter_match_when_the_new_stat
     prefix_data = random_data(prefix, seed=13)
     stored(writer, prefix, prefix_data)
     stored(writer, longer, random_data(longer, seed=14))
-    writer.storage.path_for(pool_key(page_hashes(longer, PAGE)[-1], "mamba")).unlink()
+    # The longer prefix's state is stored but damaged: its transfer misses.
+    state_file = writer.storage.path_for(pool_key(page_hashes(longer, PAGE)[-1], "mamba"))
+    state_file.write_bytes(state_file.read_bytes()[:10])
     writer.evict_all()
     # The fresh cache holds the prefix (with its state) on the host; the rest comes from storage.
     cache = make()

@@ -138,7 +138,8 @@ def test_build_from_a_mapping_or_a_config_passes_the_runtime_parts(tmp_path):
     try:
         assert isinstance(cache, HiRadixCache)
         assert cache.page_size == 8 and cache.trace is trace and cache.clock is clock
-        assert (tmp_path / "s" / "rank0").is_dir()
+        assert cache.storage.root == tmp_path / "s" / cache.storage_namespace.folder / "rank0"
+        assert cache.storage.root.is_dir()
     finally:
         cache.close()
     config = CacheConfig(**MEMORY, extra_pools=("indexer",))

@@ -100,6 +100,12 @@ WORKER = textwrap.dedent(
     calls = [(e.value, e.step) for e in trace.events() if e.kind is EventKind.COLLECTIVE]
     print(json.dumps({"rank": rank, "drains": [first, second, third], "left": len(q), "collectives": calls}))
     dist.destroy_process_group()
+    # Rank 0 serves the store: it exits only after rank 1 has torn down, or rank 1's
+    # teardown can meet a closed store and abort ("terminate called ...") under load.
+    if rank == 1:
+        store.set("rank1_done", "1")
+    else:
+        store.wait(["rank1_done"])
     """
 )
 

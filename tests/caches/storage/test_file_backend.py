@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from caches.storage import FileStorage, StorageConfigError
-from caches.storage.file_backend import FILE_HEADER, FILE_MAGIC
+from caches.storage.file_backend import FILE_HEADER, FILE_MAGIC, namespace_tag
+from caches.storage.integrity import CHECKSUMS, bound_checksum, checksum
 
 
 @pytest.fixture
@@ -31,8 +32,9 @@ def test_layout_fans_out_by_first_two_hex_digits(store, helpers):
     assert path.is_file()
     # Header then the raw payload, nothing else.
     data = path.read_bytes()
-    magic, version, _reserved, length = FILE_HEADER.unpack(data[:FILE_HEADER.size])
-    assert (magic, version, length) == (FILE_MAGIC, 1, page.numel() * 4)
+    magic, version, algorithm, length, tag, stored = FILE_HEADER.unpack(data[:FILE_HEADER.size])
+    assert (magic, version, algorithm, length) == (FILE_MAGIC, 2, CHECKSUMS["sum64"], page.numel() * 4)
+    assert tag == namespace_tag("") and stored == bound_checksum(checksum("sum64", page), key)
     assert data[FILE_HEADER.size:] == helpers.bytes_of(page)
     # No temporary or probe file is left behind.
     assert sorted(p.name for p in store.root.rglob("*")) == [key[:2], key]
@@ -60,9 +62,14 @@ def corrupt(path, transform):
         (lambda d: b"\x89PNG\r\n\x1a\n" * 32, "foreign file"),
         (lambda d: d[:4] + (7).to_bytes(2, "little") + d[6:], "unsupported format version 7"),
         (lambda d: d + b"\x00", "trailing bytes"),
+        (lambda d: d[:6] + (9).to_bytes(2, "little") + d[8:], "unknown checksum algorithm id 9"),
+        (lambda d: d[:16] + bytes([d[16] ^ 1]) + d[17:], "page of another namespace"),
+        (lambda d: d[:24] + bytes([d[24] ^ 1]) + d[25:], "checksum mismatch"),
+        (lambda d: d[:-1] + bytes([d[-1] ^ 0x80]), "checksum mismatch"),
     ],
     ids=["short-by-one", "header-only", "half-header", "empty", "bad-magic",
-         "png", "future-version", "trailing"],
+         "png", "future-version", "trailing", "unknown-checksum", "other-namespace",
+         "stored-checksum-flipped", "payload-bit-flipped"],
 )
 def test_damaged_file_is_a_miss_and_a_fault(store, helpers, transform, reason):
     key, _page = stored_page(store, helpers)

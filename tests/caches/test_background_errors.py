@@ -1,0 +1,83 @@
+"""A bug on a background thread fails loudly; a storage fault stays a failed transfer.
+
+The bug is a real one planted in the bookkeeping the prefetch thread does (the
+trace recorder raising while the hit is recorded), not in a storage call: the
+next scheduler call raises it, naming the thread, and keeps raising it; close()
+still stops every thread and returns every slot. A storage raising is a fault:
+recorded, the prefetch fails, the cache carries on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from caches import BackgroundError
+from caches.registry import build
+from conformance.gates import Gate
+from spec.clock import ManualClock
+from spec.trace import LOAD, EventKind, TraceRecorder
+
+NAMES = ("hiradix", "unified_radix", "hi_mamba_radix")
+
+
+class HitBookkeepingBug(TraceRecorder):
+    def record(self, kind, **fields):
+        if kind is EventKind.HIT:
+            raise RuntimeError("planted bug: the hit could not be recorded")
+        return super().record(kind, **fields)
+
+
+@pytest.fixture
+def built():
+    caches = []
+    yield caches
+    for cache in caches:
+        cache.close()
+    assert not [t.name for c in caches for t in c.threads() if t.is_alive()], "threads left after close()"
+
+
+def stored(cache, oracle, seed: int) -> list[int]:
+    tokens = oracle.request(seed, 3)
+    cache.write(tokens, oracle.data(cache, tokens))
+    cache.flush()
+    cache.evict_all()
+    return tokens
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(built, tmp_path, config_for, oracle, name):
+    cache = build(name, config_for(name, tmp_path / "s"), trace=HitBookkeepingBug(ManualClock(0.0)), clock=ManualClock(0.0))
+    built.append(cache)
+    tokens = stored(cache, oracle, 41)
+    assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
+    # The failed operation was ended: nothing waits forever. (Waited on directly:
+    # wait_prefetch_io itself refuses once the failure is recorded.)
+    assert cache.ongoing_prefetch["r1"].io_done.wait(20.0), "the failed prefetch was never ended"
+    for call in (lambda: cache.check_prefetch_progress(["r1"]), lambda: cache.match_prefix(tokens), cache.flush):
+        with pytest.raises(BackgroundError) as err:
+            call()
+        message = str(err.value)
+        assert "prefetch" in message and "r1" in message and "RuntimeError: planted bug" in message, message
+        assert isinstance(err.value.__cause__, RuntimeError)
+    assert len(cache.background_errors()) == 1 and "planted bug" in cache.background_errors()[0]
+    cache.close()
+    oracle.assert_exact(cache)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_storage_fault_is_recorded_and_the_cache_carries_on(built, tmp_path, config_for, oracle, name):
+    trace = TraceRecorder(ManualClock(0.0))
+    gate = Gate(trace)
+    cache = build(name, config_for(name, tmp_path / "s"), trace=trace, clock=ManualClock(0.0))
+    built.append(cache)
+    tokens = stored(cache, oracle, 42)
+    gate.fail("storage raises", lambda e: e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD)
+    assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
+    cache.wait_prefetch_io("r1")
+    assert cache.check_prefetch_progress(["r1"]) == {"r1": 0}
+    assert cache.background_errors() == []
+    assert [f.where for f in cache.controller.fault_list()] == ["kv_get"]
+    assert cache.prefetch_from_storage("r2", tokens) == len(tokens)  # the cache carries on
+    cache.wait_prefetch_io("r2")
+    assert cache.check_prefetch_progress(["r2"]) == {"r2": len(tokens)}
+    gate.close()

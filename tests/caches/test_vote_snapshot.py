@@ -1,0 +1,64 @@
+"""The VOTE record and the snapshot it was computed from agree, for the trace checker.
+
+Each cache takes one locked progress snapshot, decides, and records its VOTE
+after releasing the operation's lock. IO ending in that gap puts IO_DONE
+before the VOTE in the trace although the vote never saw it; the VOTE carries
+the trace position of its snapshot (`seen`), so `spec.invariants.check` judges
+the vote by what it saw and reports no false L1. The gap is made
+deterministic by wrapping the real operation's `progress()`: the held IO is
+released and awaited right after the snapshot is taken.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.gates import Gate
+from spec import check
+from spec.clock import ManualClock
+from spec.trace import LOAD, EventKind, TraceRecorder
+
+NAMES = ("hiradix", "unified_radix", "hi_mamba_radix")
+WAIT_S = 20.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_io_ending_between_snapshot_and_vote_record_is_no_false_l1(make_any, oracle, name):
+    clock = ManualClock(1000.0)
+    trace = TraceRecorder(clock)
+    gate = Gate(trace, timeout_s=WAIT_S)
+    cache = make_any(name, trace=trace, clock=clock)
+    tokens = oracle.request(31, 4)
+    cache.write(tokens, oracle.data(cache, tokens))
+    cache.flush()
+    cache.evict_all()
+    kv_loads = []
+
+    def second_kv_batch(e) -> bool:
+        if e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD and e.op == "r1":
+            kv_loads.append(e)
+            return len(kv_loads) == 2
+        return False
+
+    hold = gate.hold("second kv batch of r1", second_kv_batch)
+    assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
+    hold.wait_reached()
+    op = cache.ongoing_prefetch["r1"]
+    snapshot_of = op.progress
+
+    def snapshot_then_io_ends():
+        progress = snapshot_of()
+        op.progress = snapshot_of  # once
+        hold.release()
+        assert op.io_done.wait(WAIT_S), "the released IO did not end"
+        return progress
+
+    op.progress = snapshot_then_io_ends
+    assert cache.check_prefetch_progress(["r1"]) == {}, "the vote saw incomplete IO: it must be no"
+    votes = [e for e in trace.events() if e.kind is EventKind.VOTE and e.op == "r1"]
+    done = next(e for e in trace.events() if e.kind is EventKind.IO_DONE and e.op == "r1")
+    assert done.seq < votes[0].seq, "the scenario did not put IO_DONE before the VOTE record"
+    assert cache.check_prefetch_progress(["r1"]) == {"r1": len(tokens)}
+    cache.check_prefetch_progress([])
+    gate.close()
+    assert check(trace.trace(), cache.termination, closed=False) == []
