@@ -23,6 +23,7 @@ from conformance.adapter import CacheEnv
 from conformance.capabilities import require
 from conformance.expectations import Expectations, collect as collect_expected_failures
 from conformance.gates import Gate
+from conformance.live import plugin as live_plugin
 from conformance.loader import load_adapters
 from conformance.report import MATCHED_KEY, MatrixRecorder, item_properties
 from spec.clauses import CATALOGUE
@@ -63,6 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write the conformance matrix as PATH.json and PATH.md")
     group.addoption("--expected-failures", action="append", default=[], metavar="PATH",
                     help="TOML file of [[xfail]] entries (test, reason, optional clause and impl; impl defaults to the file's stem); repeatable")
+    live_plugin.addoption(group)
 
 
 def _distributing(config: pytest.Config) -> bool:
@@ -84,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Before anything initializes CUDA in this worker (adapters are loaded below).
         devices.pin_worker_gpu(workerinput["workerid"])
     try:
-        adapters = load_adapters(config.getoption("--cache-impl"))
+        adapters = load_adapters(config.getoption("--cache-impl"), extra=live_plugin.live_adapters(config))
     except Exception as exc:  # a bad adapter is a usage error, whatever the factory raised
         specs = config.getoption("--cache-impl")
         prefix = "" if isinstance(exc, ConfigError) else f"loading adapters {specs or '(entry points)'} failed: "
@@ -112,7 +114,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     where = "one GPU per xdist worker" if harness.distributed else "every visible GPU in this process"
     return [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
-            f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
+            f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"] + live_plugin.report_lines(config)
 
 
 def _clause_ids(item: pytest.Item) -> list[str]:

@@ -1,0 +1,41 @@
+"""The adapter the harness runs for one SGLang tree: one row per live cache class.
+
+Rows are named `sglang-live:<class>@<version or commit>`. Capabilities are
+declared only for what the live build really offers: HiRadixCache on a plain
+MHA KV pool has no extra pools (upstream attaches its indexer pool only for
+DSA models), its copies are synchronous on CPU (no copy stream a gate could
+hold), and it runs one rank; tests needing more skip, saying why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.adapter import CacheEnv
+from conformance.live import runtime as live_runtime
+from conformance.live.tree import SglangTree
+
+SESSIONS = {
+    "HiRadixCache": "conformance.live.hiradix:HiRadixSession",
+}
+
+
+@dataclass(frozen=True)
+class LiveAdapter:
+    name: str
+    tree: SglangTree
+    class_name: str
+    capabilities: frozenset = frozenset()
+    default_extra_pools: tuple = ()
+    expected_failures: tuple = field(default=())
+
+    def create(self, env: CacheEnv) -> Any:
+        runtime = live_runtime.load(self.tree)
+        module_name, _, attr = SESSIONS[self.class_name].partition(":")
+        module = __import__(module_name, fromlist=[attr])
+        return getattr(module, attr)(runtime, env)
+
+
+def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
+    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
