@@ -63,10 +63,13 @@ class HiRadixSession:
         ps = env.page_size
         if env.world_size != 1:
             pytest.skip("sglang-live runs one rank (two gloo ranks are not wired yet)")
-        # Upstream requires more host than device memory (HostKVCache asserts it).
-        device_pages = min(env.device_pages, env.host_pages - 1)
-        if device_pages < 1:
-            pytest.skip(f"upstream's HiRadixCache needs more host than device pages; the test asks for {env.host_pages} host page(s)")
+        # Upstream requires more host than device memory (HostKVCache asserts it): the device
+        # tier gets one page less than the host tier. A test that shrinks the host tier below
+        # the device tier would leave no room to load its host tier back.
+        if env.host_pages < env.device_pages:
+            pytest.skip(f"upstream's HiRadixCache needs more host than device memory; a {env.host_pages}-page host tier "
+                        f"leaves a device tier too small to load it back")
+        device_pages = env.host_pages - 1
         m = runtime.modules
         group = ensure_process_group(runtime)
         runtime.clock.clock = env.clock

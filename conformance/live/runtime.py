@@ -57,7 +57,16 @@ OPTIONAL_MODULES = {
 
 
 class LiveImportError(ConfigError):
-    """The tree could not be imported: one line naming the module and the cause."""
+    """The tree could not be imported: one line naming the module, the tree and the cause."""
+
+    def __init__(self, module: str, tree: SglangTree, exc: BaseException) -> None:
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        super().__init__(OPTION, tree.given, "")
+        self.args = (f"{OPTION}: importing {module} from {tree.import_root} failed: {cause} "
+                     f"(build the environment with: bash .ci/sglang-live-env VENV)",)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 def load(tree: SglangTree) -> Runtime:
@@ -81,12 +90,10 @@ def load(tree: SglangTree) -> Runtime:
                 modules[short] = importlib.import_module(name)
             except ModuleNotFoundError as exc:
                 if short in OPTIONAL_MODULES and exc.name and exc.name.startswith("sglang"):
-                    continue
-                raise LiveImportError(f"import of {name} from {tree.import_root}", type(exc).__name__ + ": " + str(exc),
-                                      "an environment built by .ci/sglang-live-env (README, \"SGLang's real caches, live\")") from None
+                    continue  # an older tree without that module
+                raise LiveImportError(name, tree, exc) from None
             except Exception as exc:
-                raise LiveImportError(f"import of {name} from {tree.import_root}", type(exc).__name__ + ": " + " ".join(str(exc).split())[:300],
-                                      "an environment built by .ci/sglang-live-env") from None
+                raise LiveImportError(name, tree, exc) from None
     imported_from = Path(modules["hiradix_cache"].__file__).resolve()
     if tree.package.resolve() not in imported_from.parents:
         raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")

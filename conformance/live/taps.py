@@ -30,7 +30,7 @@ TREE = "tree"  # owner of host slots held by the radix tree
 TAP_POINTS = (
     ("op_start", "cache_controller.prefetch_queue.put (the operation is queued)"),
     ("alloc / free", "mem_pool_host.alloc / mem_pool_host.free (owner: the operation in scheduler context, else the tree)"),
-    ("hit, io_done", "cache_controller._page_transfer entry and exit (IO thread)"),
+    ("hit, io_done", "cache_controller._page_transfer entry, and the IO thread's release of the unused tail after it (io_done)"),
     ("revoke", "cache_controller.prefetch_revoke_queue.put (prefetch thread), release_aborted_request (abort)"),
     ("io_start / io_end (load)", "cache_controller.page_get_func around each storage batch (IO thread); the gate sits before the storage call"),
     ("io_start / io_end (backup)", "cache_controller.page_set_func around each storage batch (backup thread)"),
@@ -151,36 +151,6 @@ class Taps:
                 return result
             return wrapper
 
-        def transfer(original: Callable) -> Callable:
-            def wrapper(operation: Any) -> Any:
-                op = operation.request_id
-                self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
-                try:
-                    return original(operation)
-                except BaseException as exc:
-                    self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
-                    raise  # upstream's IO thread ends here, as it would on a storage error
-                finally:
-                    self._io_finished(op)
-            return wrapper
-
-        def page_get(original: Callable) -> Callable:
-            def wrapper(operation: Any, hash_values: Any, host_indices: Any, *args: Any) -> Any:
-                op = operation.request_id
-                io = self.trace.next_io_id()
-                before = operation.completed_tokens
-                start = self.trace.record(EventKind.IO_START, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=LOAD)
-                try:
-                    self.trace.gate(start)
-                    result = original(operation, hash_values, host_indices, *args)
-                except BaseException:
-                    self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=False)
-                    raise
-                arrived = max(0, operation.completed_tokens - before)
-                self._end_in_parts(op, host_indices, io, arrived)
-                return result
-            return wrapper
-
         def page_set(original: Callable) -> Callable:
             def wrapper(hash_values: Any, host_indices: Any, *args: Any) -> Any:
                 io = self.trace.next_io_id()
@@ -207,11 +177,57 @@ class Taps:
 
         wrap(cc.prefetch_queue, "put", queued)
         wrap(cc.prefetch_revoke_queue, "put", revoked)
-        wrap(cc, "_page_transfer", transfer)
-        wrap(cc, "page_get_func", page_get)
+        self._tap_load_path(cc)
         wrap(cc, "page_set_func", page_set)
         wrap(cc, "terminate_prefetch", terminate)
         self._tap_copies(cc)
+
+    def _tap_load_path(self, cc: Any) -> None:
+        """HIT when the IO thread takes the operation, IO start/end per storage batch, IO_DONE after its last release."""
+        def transfer(original: Callable) -> Callable:
+            def wrapper(operation: Any) -> Any:
+                op = operation.request_id
+                self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
+                try:
+                    result = original(operation)
+                except BaseException as exc:
+                    self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
+                    self._io_finished(op)
+                    raise  # upstream's IO thread ends here, as it would on a storage error
+                self.ctx.finishing = op  # its next release (the unused tail) ends its IO
+                return result
+            return wrapper
+
+        def released(original: Callable) -> Callable:
+            def wrapper(host_indices: Any) -> Any:
+                result = original(host_indices)
+                op = getattr(self.ctx, "finishing", None)
+                if op is not None:
+                    self.ctx.finishing = None
+                    self._io_finished(op)
+                return result
+            return wrapper
+
+        def page_get(original: Callable) -> Callable:
+            def wrapper(operation: Any, hash_values: Any, host_indices: Any, *args: Any) -> Any:
+                op = operation.request_id
+                io = self.trace.next_io_id()
+                before = operation.completed_tokens
+                start = self.trace.record(EventKind.IO_START, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=LOAD)
+                try:
+                    self.trace.gate(start)
+                    result = original(operation, hash_values, host_indices, *args)
+                except BaseException:
+                    self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=False)
+                    raise
+                arrived = max(0, operation.completed_tokens - before)
+                self._end_in_parts(op, host_indices, io, arrived)
+                return result
+            return wrapper
+
+        wrap(cc, "_page_transfer", transfer)
+        wrap(cc, "append_host_mem_release", released)
+        wrap(cc, "page_get_func", page_get)
 
     def _end_in_parts(self, op: str, host_indices: Any, io: int, arrived_tokens: int) -> None:
         slots = host_indices.tolist()
