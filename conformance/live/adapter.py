@@ -4,17 +4,19 @@ Rows are named `sglang-live:<class>@<version or commit>`. Capabilities are
 declared only for what the live build really offers: HiRadixCache on a plain
 MHA KV pool has no extra pools (upstream attaches its indexer pool only for
 DSA models), its copies are synchronous on CPU (no copy stream a gate could
-hold), and it runs one rank; tests needing more skip, saying why.
+hold); tests needing those skip, saying why. Several ranks join upstream's own
+gloo groups (runtime.ensure_process_group).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.adapter import CacheEnv
 from conformance.live import runtime as live_runtime
-from conformance.live.tree import SglangTree
+from conformance.live.tree import SglangTree, locate
 
 SESSIONS = {
     "HiRadixCache": "conformance.live.hiradix:HiRadixSession",
@@ -26,7 +28,7 @@ class LiveAdapter:
     name: str
     tree: SglangTree
     class_name: str
-    capabilities: frozenset = frozenset()
+    capabilities: frozenset = frozenset({"multi_rank"})
     default_extra_pools: tuple = ()
     expected_failures: tuple = field(default=())
 
@@ -39,3 +41,7 @@ class LiveAdapter:
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
     return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
+
+
+if os.environ.get(live_runtime.PRELOAD_ENV):  # a multi-rank fork server: import the tree once, before forking ranks
+    live_runtime.load(locate(os.environ[live_runtime.PRELOAD_ENV]))

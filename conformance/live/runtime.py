@@ -37,6 +37,11 @@ class Runtime:
 
 _RUNTIME: Runtime | None = None
 
+# Set by load(): multi-rank launches fork their ranks from a server that imports
+# the adapter's module; that import loads the same tree (adapter.py), so a rank
+# does not spend its hang budget importing SGLang.
+PRELOAD_ENV = "CONFORMANCE_SGLANG_LIVE_TREE"
+
 # Upstream modules the live adapters use, by short name.
 MODULES = {
     "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
@@ -103,24 +108,35 @@ def load(tree: SglangTree) -> Runtime:
     clock = shims.InjectedTime()
     shims.inject_clock([m for k, m in modules.items() if k in ("hiradix_cache", "cache_controller", "hybrid_cache_controller")], clock)
     _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs)
+    os.environ[PRELOAD_ENV] = tree.given
     return _RUNTIME
 
 
-def ensure_process_group(runtime: Runtime) -> object:
-    """Upstream's own distributed init (gloo, one rank) once per process; returns its TP cpu group."""
+def ensure_process_group(runtime: Runtime, rank: int = 0, world_size: int = 1) -> object:
+    """Upstream's own distributed init (gloo) once per process; returns its TP cpu group.
+
+    One rank: a private gloo group of one. Several ranks (a multi-rank launch,
+    torch.distributed already joined by the harness): upstream's world and
+    tensor-parallel groups over the same ranks, created by every rank together.
+    """
     if "tp_cpu_group" in runtime.distributed:
+        if runtime.distributed["world_size"] != world_size:
+            raise ConfigError("world_size", world_size, f"the {runtime.distributed['world_size']} rank(s) this process joined first")
         return runtime.distributed["tp_cpu_group"]
     ps = runtime.module("parallel_state")
     import torch.distributed as dist
 
+    init_method = "env://"
     if not dist.is_initialized():
+        if world_size != 1:
+            raise ConfigError("world_size", world_size, "1, or a process that joined torch.distributed first")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ps.init_distributed_environment(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo")
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(tensor_model_parallel_size=1, backend="gloo")
-    runtime.distributed["tp_cpu_group"] = ps.get_tp_group().cpu_group
+            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ps.init_distributed_environment(world_size=world_size, rank=rank, distributed_init_method=init_method, local_rank=rank, backend="gloo")
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")
+    runtime.distributed.update(tp_cpu_group=ps.get_tp_group().cpu_group, world_size=world_size)
     return runtime.distributed["tp_cpu_group"]
