@@ -22,7 +22,8 @@ def live_trees(values: list[str]) -> list[SglangTree]:
     trees = [locate(v) for v in values]
     for tree in trees:
         if not tree.classes:
-            raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join(tree.missing)})")
+            unwired = [f"{name} is in the tree but not wired to the harness yet" for name in tree.unwired]
+            raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join([*tree.missing, *unwired])})")
     return trees
 
 

@@ -86,7 +86,9 @@ def test_tree_without_any_live_class_is_reported_not_run(tmp_path):
     sglang_package(tmp_path, hiradix=None, unified=True)
     with pytest.raises(ConfigError) as info:
         live_trees([str(tmp_path)])
-    assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in str(info.value)
+    message = str(info.value)
+    assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in message
+    assert "UnifiedRadixCache is in the tree but not wired to the harness yet" in message
 
 
 def test_one_tree_per_run(tmp_path):
@@ -94,3 +96,13 @@ def test_one_tree_per_run(tmp_path):
     sglang_package(tmp_path / "b")
     with pytest.raises(ConfigError, match="one SGLang tree per run"):
         live_trees([str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_adapter_travels_to_rank_processes_by_pickle(tmp_path):
+    import pickle
+
+    sglang_package(tmp_path / "python")
+    (adapter,) = adapters_for(locate(f"{tmp_path}@abc"))
+    again = pickle.loads(pickle.dumps(adapter))
+    assert again == adapter and again.name == "sglang-live:HiRadixCache@abc"
+    assert "multi_rank" in again.capabilities and not again.default_extra_pools
