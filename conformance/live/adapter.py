@@ -32,11 +32,18 @@ class LiveAdapter:
     default_extra_pools: tuple = ()
     expected_failures: tuple = field(default=())
 
-    def create(self, env: CacheEnv) -> Any:
-        runtime = live_runtime.load(self.tree)
+    def _session_module(self) -> tuple[Any, str]:
         module_name, _, attr = SESSIONS[self.class_name].partition(":")
-        module = __import__(module_name, fromlist=[attr])
-        return getattr(module, attr)(runtime, env)
+        return __import__(module_name, fromlist=[attr]), attr
+
+    def create(self, env: CacheEnv) -> Any:
+        module, attr = self._session_module()
+        return getattr(module, attr)(live_runtime.load(self.tree), env)
+
+    def configure(self, fields: Any) -> None:
+        """C1/C2 through upstream's own configuration path (its CLI and extra-config parsers)."""
+        module, _ = self._session_module()
+        module.configure(live_runtime.load(self.tree), fields)
 
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:

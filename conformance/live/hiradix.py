@@ -54,6 +54,39 @@ def server_args(runtime: Runtime, env: CacheEnv, host_ratio: float) -> Any:
     )
 
 
+# Spec-named termination fields -> where a user of upstream sets them.
+CLI_FIELDS = {"policy": "--hicache-storage-prefetch-policy", "page_size": "--page-size"}
+EXTRA_CONFIG_FIELDS = {"timeout_base_s": "prefetch_timeout_base", "timeout_per_ki_token_s": "prefetch_timeout_per_ki_token",
+                       "timeout_max_s": "prefetch_timeout_max"}
+
+
+def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
+    """Validate the fields through upstream's own entry points: its CLI parser and HiRadixCache's extra-config parser.
+
+    An unknown field lands in the extra config, as a user's misspelt key would.
+    Upstream's own error becomes a one-line ValueError, its words unchanged.
+    """
+    import argparse
+    import contextlib
+    import io
+
+    argv = ["--model-path", "conformance-live"]
+    extra: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name in CLI_FIELDS:
+            argv += [CLI_FIELDS[name], str(value)]
+        else:
+            extra[EXTRA_CONFIG_FIELDS.get(name, name)] = value
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    runtime.server_args_cls.add_cli_args(parser)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parser.parse_args(argv)
+        runtime.module("hiradix_cache").HiRadixCache._parse_storage_backend_extra_config(None, json.dumps(extra))
+    except (argparse.ArgumentError, SystemExit, ValueError, TypeError) as exc:
+        raise ValueError(" ".join(str(exc).split())) from None
+
+
 class HiRadixSession:
     """One upstream HiRadixCache instance for one test."""
 
