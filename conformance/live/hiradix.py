@@ -224,8 +224,6 @@ class HiRadixSession:
         return len(entry[1]) if entry is not None else 0
 
     def wait_prefetch_io(self, request_id: str) -> None:
-        if request_id not in self.cache.ongoing_prefetch and not self.taps.wait_io_done(request_id, 0):
-            return
         if not self.taps.wait_io_done(request_id, self.env.wait_timeout_s):
             died = "; ".join(self.taps.io_thread_errors) or "none"
             raise AssertionError(
@@ -234,14 +232,14 @@ class HiRadixSession:
                 f"{getattr(self.cc, 'prefetch_io_aux_thread', None) is not None and self.cc.prefetch_io_aux_thread.is_alive()}; IO thread errors: {died})")
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
-        step = self.taps.begin_step()
-        self.cache.check_hicache_events()
         finished: dict[str, int] = {}
-        for request_id in request_ids:
-            if self.cache.check_prefetch_progress(request_id):
-                self.cache.pop_prefetch_loaded_tokens(request_id)
-                commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id and e.step == step]
-                finished[request_id] = int(commits[-1].value) if commits else 0
+        with self.taps.scheduler_step() as step:
+            self.cache.check_hicache_events()
+            for request_id in request_ids:
+                if self.cache.check_prefetch_progress(request_id):
+                    self.cache.pop_prefetch_loaded_tokens(request_id)
+                    commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id and e.step == step]
+                    finished[request_id] = int(commits[-1].value) if commits else 0
         return finished
 
     def abort(self, request_id: str) -> None:

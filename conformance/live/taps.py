@@ -67,6 +67,7 @@ class Taps:
         self.ctx = Context()
         self.owner: dict[int, str] = {}  # host kv slot -> operation id or TREE
         self.io_done = threading.Condition()
+        self.started_ops: set[str] = set()
         self.ended_ops: set[str] = set()
         self.io_thread_errors: list[str] = []
         self.step = 0
@@ -83,11 +84,16 @@ class Taps:
         finally:
             self.ctx.op, self.ctx.phase = saved
 
-    def begin_step(self) -> int:
+    @contextmanager
+    def scheduler_step(self) -> Iterator[int]:
+        """One scheduler check: events inside carry its step; outside it (writes, probes) they carry none."""
         self.step += 1
         self.ctx.step = self.step
         self.trace.record(EventKind.STEP, step=self.step)
-        return self.step
+        try:
+            yield self.step
+        finally:
+            self.ctx.step = None
 
     # --- waiting on the IO thread -----------------------------------------------------------
 
@@ -98,8 +104,9 @@ class Taps:
             self.io_done.notify_all()
 
     def wait_io_done(self, op: str, timeout_s: float) -> bool:
+        """True once upstream's threads start no more IO for op; at once when op was never queued."""
         with self.io_done:
-            return self.io_done.wait_for(lambda: op in self.ended_ops, timeout_s)
+            return self.io_done.wait_for(lambda: op in self.ended_ops or op not in self.started_ops, timeout_s)
 
     # --- host slots ---------------------------------------------------------------------------
 
@@ -134,6 +141,8 @@ class Taps:
         def queued(original: Callable) -> Callable:
             def wrapper(item: Any, *args: Any, **kwargs: Any) -> Any:
                 if item is not None and hasattr(item, "request_id"):
+                    with self.io_done:
+                        self.started_ops.add(item.request_id)
                     self.trace.record(
                         EventKind.OP_START,
                         op=item.request_id,

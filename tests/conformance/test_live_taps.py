@@ -139,3 +139,57 @@ def test_a_hold_parks_the_io_thread_before_the_storage_call():
     worker.join(20.0)
     assert not worker.is_alive() and operation.completed_tokens == 4 * PS
     gate.close()
+
+
+class FullController(Controller):
+    """Adds the rest of upstream's controller surface that tap_controller wraps."""
+
+    def __init__(self, pages_that_arrive: int) -> None:
+        super().__init__(pages_that_arrive)
+        import queue
+
+        self.prefetch_queue = queue.Queue()
+        self.prefetch_revoke_queue = queue.Queue()
+        self.write_queue: list = []
+        self.load_queue: list = []
+
+    def page_set_func(self, hash_values, host_indices, extra_info=None) -> bool:
+        return True
+
+    def terminate_prefetch(self, operation):
+        operation._terminated = True
+        return operation.completed_tokens, operation.hash_value
+
+    def start_writing(self) -> None:
+        self.write_queue.clear()
+
+    def start_loading(self) -> int:
+        self.load_queue.clear()
+        return 0
+
+
+def test_waiting_for_io_returns_at_once_for_a_request_never_queued_and_after_io_done_otherwise():
+    taps, trace = make_taps()
+    cc = FullController(pages_that_arrive=4)
+    taps.tap_controller(cc)
+    assert taps.wait_io_done("never-queued", 0)
+    operation = Operation("r1", pages=4)
+    cc.prefetch_queue.put(operation)
+    assert not taps.wait_io_done("r1", 0), "queued, its IO not yet ended"
+    worker = threading.Thread(target=cc.io_thread, args=(cc.prefetch_queue.get(),), daemon=True)
+    worker.start()
+    assert taps.wait_io_done("r1", 20.0)
+    worker.join(20.0)
+    assert [e.kind for e in trace.events()][:2] == [EventKind.OP_START, EventKind.HIT]
+
+
+def test_terminate_in_a_check_carries_its_step_and_an_abort_is_a_revoke():
+    taps, trace = make_taps()
+    cc = FullController(pages_that_arrive=4)
+    taps.tap_controller(cc)
+    with taps.scheduler_step() as step:
+        cc.terminate_prefetch(Operation("r1", pages=2))
+    with taps.scheduling(op="r2", phase="abort"):
+        cc.terminate_prefetch(Operation("r2", pages=2))
+    got = [(e.kind, e.op, e.step) for e in trace.events() if e.kind in (EventKind.TERMINATE, EventKind.REVOKE, EventKind.COMMIT)]
+    assert got == [(EventKind.TERMINATE, "r1", step), (EventKind.REVOKE, "r2", None), (EventKind.COMMIT, "r2", None)]
