@@ -24,6 +24,7 @@ from conformance.capabilities import require
 from conformance.expectations import Expectations, collect as collect_expected_failures
 from conformance.failures import failure_properties
 from conformance.gates import Gate
+from conformance.live import plugin as live_plugin
 from conformance.loader import load_adapters, load_checkout_adapters
 from conformance.report import MATCHED_KEY, MatrixRecorder, item_properties
 from spec.clauses import CATALOGUE
@@ -69,6 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the factory turning --sglang PATH into adapters (default: the 'sglang' entry point of hicache_conformance.checkout_adapters)")
     group.addoption("--expected-failures", action="append", default=[], metavar="PATH",
                     help="TOML file of [[xfail]] entries (test, reason, optional clause and impl; impl defaults to the file's stem); repeatable")
+    live_plugin.addoption(group)
 
 
 def _distributing(config: pytest.Config) -> bool:
@@ -90,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Before anything initializes CUDA in this worker (adapters are loaded below).
         devices.pin_worker_gpu(workerinput["workerid"])
     try:
-        adapters = load_adapters(config.getoption("--cache-impl"))
+        adapters = load_adapters(config.getoption("--cache-impl"), extra=live_plugin.live_adapters(config))
     except Exception as exc:  # a bad adapter is a usage error, whatever the factory raised
         specs = config.getoption("--cache-impl")
         prefix = "" if isinstance(exc, ConfigError) else f"loading adapters {specs or '(entry points)'} failed: "
@@ -137,7 +139,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     where = "one GPU per xdist worker" if harness.distributed else "every visible GPU in this process"
     lines = [f"conformance: implementations {', '.join(a.name for a in harness.adapters)}; "
              f"devices {', '.join(harness.device_ids())} ({where}); {len(harness.expectations.entries)} expected failure(s)"]
-    return lines + [f"conformance: {name} not run: {why}" for name, why in harness.missing]
+    return lines + [f"conformance: {name} not run: {why}" for name, why in harness.missing] + live_plugin.report_lines(config)
 
 
 def _clause_ids(item: pytest.Item) -> list[str]:

@@ -34,8 +34,8 @@ def check_adapter(adapter: Any, origin: str) -> CacheAdapter:
     return adapter
 
 
-def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True) -> list[CacheAdapter]:
-    """--cache-impl adapters, else every registered entry point; names must be unique."""
+def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True, extra: Sequence[CacheAdapter] = ()) -> list[CacheAdapter]:
+    """--cache-impl adapters, else every registered entry point, plus `extra` (e.g. --sglang-live); names must be unique."""
     adapters: list[CacheAdapter] = []
     if cli_specs:
         for spec in cli_specs:
@@ -43,6 +43,7 @@ def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True) ->
     elif use_entry_points:
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             adapters.append(check_adapter(ep.load()(), f"entry point {ep.name}"))
+    adapters += [check_adapter(adapter, adapter.name) for adapter in extra]
     names = [a.name for a in adapters]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

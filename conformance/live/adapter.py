@@ -1,0 +1,54 @@
+"""The adapter the harness runs for one SGLang tree: one row per live cache class.
+
+Rows are named `sglang-live:<class>@<version or commit>`. Capabilities are
+declared only for what the live build really offers: HiRadixCache on a plain
+MHA KV pool has no extra pools (upstream attaches its indexer pool only for
+DSA models), its copies are synchronous on CPU (no copy stream a gate could
+hold); tests needing those skip, saying why. Several ranks join upstream's own
+gloo groups (runtime.ensure_process_group).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.adapter import CacheEnv
+from conformance.live import runtime as live_runtime
+from conformance.live.tree import SglangTree, locate
+
+SESSIONS = {
+    "HiRadixCache": "conformance.live.hiradix:HiRadixSession",
+}
+
+
+@dataclass(frozen=True)
+class LiveAdapter:
+    name: str
+    tree: SglangTree
+    class_name: str
+    capabilities: frozenset = frozenset({"multi_rank"})
+    default_extra_pools: tuple = ()
+    expected_failures: tuple = field(default=())
+
+    def _session_module(self) -> tuple[Any, str]:
+        module_name, _, attr = SESSIONS[self.class_name].partition(":")
+        return __import__(module_name, fromlist=[attr]), attr
+
+    def create(self, env: CacheEnv) -> Any:
+        module, attr = self._session_module()
+        return getattr(module, attr)(live_runtime.load(self.tree), env)
+
+    def configure(self, fields: Any) -> None:
+        """C1/C2 through upstream's own configuration path (its CLI and extra-config parsers)."""
+        module, _ = self._session_module()
+        module.configure(live_runtime.load(self.tree), fields)
+
+
+def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
+    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
+
+
+if os.environ.get(live_runtime.PRELOAD_ENV):  # a multi-rank fork server: import the tree once, before forking ranks
+    live_runtime.load(locate(os.environ[live_runtime.PRELOAD_ENV]))

@@ -1,0 +1,45 @@
+"""The --sglang-live option: registration and the adapters it adds (one place, easy to move into a pytest plugin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.live import runtime as live_runtime
+from conformance.live.adapter import LiveAdapter, adapters_for
+from conformance.live.tree import OPTION, SglangTree, locate
+from spec.errors import ConfigError
+
+
+def addoption(group: Any) -> None:
+    group.addoption(OPTION, action="append", default=[], metavar="PATH[@LABEL]",
+                    help="also run SGLang's own cache classes, built on CPU from the SGLang tree at PATH "
+                         "(a checkout, an unpacked wheel or a site-packages; environment: bash .ci/sglang-live-env VENV)")
+
+
+def live_trees(values: list[str]) -> list[SglangTree]:
+    if len(values) > 1:
+        raise ConfigError(OPTION, values, "one SGLang tree per run (each tree is imported into the test process)")
+    trees = [locate(v) for v in values]
+    for tree in trees:
+        if not tree.classes:
+            unwired = [f"{name} is in the tree but not wired to the harness yet" for name in tree.unwired]
+            raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join([*tree.missing, *unwired])})")
+    return trees
+
+
+def live_adapters(config: Any) -> list[LiveAdapter]:
+    """The adapters of the tree named by --sglang-live (none without it); the tree is imported now, so a broken environment is a usage error."""
+    trees = live_trees(config.getoption(OPTION))
+    for tree in trees:
+        live_runtime.load(tree)
+    return [a for tree in trees for a in adapters_for(tree)]
+
+
+def report_lines(config: Any) -> list[str]:
+    """Header lines: what each tree offers, what is missing or recognised but not run."""
+    lines = []
+    for tree in live_trees(config.getoption(OPTION)):
+        lines.append(f"sglang-live: {tree.import_root / 'sglang'} ({tree.label}): running {', '.join(tree.classes)}")
+        lines += [f"sglang-live: not run: {m}" for m in tree.missing]
+        lines += [f"sglang-live: not run: {name} is in the tree but not wired to the harness yet" for name in tree.unwired]
+    return lines

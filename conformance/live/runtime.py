@@ -1,0 +1,142 @@
+"""Import an SGLang tree into this process, apply the shims, start upstream's process group.
+
+One tree per process: Python caches modules by name, so a second tree cannot
+be imported beside the first (each --sglang-live run names one tree).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance.live import shims
+from conformance.live.tree import OPTION, SglangTree
+from spec.errors import ConfigError
+
+
+@dataclass
+class Runtime:
+    tree: SglangTree
+    modules: dict[str, types.ModuleType]
+    direct_copy: shims.DirectCopy
+    clock: shims.InjectedTime
+    torchvision_stand_in: bool
+    server_args_cls: type
+    distributed: dict = field(default_factory=dict)
+
+    def module(self, name: str) -> types.ModuleType:
+        return self.modules[name]
+
+
+_RUNTIME: Runtime | None = None
+
+# Set by load(): multi-rank launches fork their ranks from a server that imports
+# the adapter's module; that import loads the same tree (adapter.py), so a rank
+# does not spend its hang budget importing SGLang.
+PRELOAD_ENV = "CONFORMANCE_SGLANG_LIVE_TREE"
+
+# Upstream modules the live adapters use, by short name.
+MODULES = {
+    "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
+    "cache_controller": "sglang.srt.managers.cache_controller",
+    "memory_pool_host": "sglang.srt.mem_cache.memory_pool_host",
+    "memory_pool": "sglang.srt.mem_cache.memory_pool",
+    "allocator": "sglang.srt.mem_cache.allocator",
+    "base_prefix_cache": "sglang.srt.mem_cache.base_prefix_cache",
+    "radix_cache": "sglang.srt.mem_cache.radix_cache",
+    "cache_init_params": "sglang.srt.mem_cache.cache_init_params",
+    "hicache_storage": "sglang.srt.mem_cache.hicache_storage",
+    "server_args": "sglang.srt.server_args",
+    "parallel_state": "sglang.srt.distributed.parallel_state",
+}
+OPTIONAL_MODULES = {
+    "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+}
+
+
+class LiveImportError(ConfigError):
+    """The tree could not be imported: one line naming the module, the tree and the cause."""
+
+    def __init__(self, module: str, tree: SglangTree, exc: BaseException) -> None:
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        super().__init__(OPTION, tree.given, "")
+        self.args = (f"{OPTION}: importing {module} from {tree.import_root} failed: {cause} "
+                     f"(build the environment with: bash .ci/sglang-live-env VENV)",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def load(tree: SglangTree) -> Runtime:
+    """Import `tree` (once per process) with the shims applied."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        if _RUNTIME.tree.import_root != tree.import_root:
+            raise ConfigError(OPTION, tree.given, f"the tree already imported in this process ({_RUNTIME.tree.given}): one SGLang tree per run")
+        return _RUNTIME
+    already = sys.modules.get("sglang")
+    if already is not None and Path(getattr(already, "__file__", "") or "").resolve().parent != tree.package.resolve():
+        raise ConfigError(OPTION, tree.given, f"a tree not shadowed by the sglang already imported from {already.__file__}")
+    stand_in = shims.install_torchvision_stand_in()
+    sys.path.insert(0, str(tree.import_root))
+    os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "")  # each cache names its own directory
+    modules: dict[str, types.ModuleType] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # import-time notices about CUDA-only quantization kernels
+        for short, name in {**MODULES, **OPTIONAL_MODULES}.items():
+            try:
+                modules[short] = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if short in OPTIONAL_MODULES and exc.name and exc.name.startswith("sglang"):
+                    continue  # an older tree without that module
+                raise LiveImportError(name, tree, exc) from None
+            except Exception as exc:
+                raise LiveImportError(name, tree, exc) from None
+    imported_from = Path(modules["hiradix_cache"].__file__).resolve()
+    if tree.package.resolve() not in imported_from.parents:
+        raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
+    logging.getLogger("sglang").setLevel(logging.ERROR)
+    shims.unpin_host_pool(modules["memory_pool_host"])
+    direct_copy = shims.install_direct_copy(modules["memory_pool_host"])
+    clock = shims.InjectedTime()
+    shims.inject_clock([m for k, m in modules.items() if k in ("hiradix_cache", "cache_controller", "hybrid_cache_controller")], clock)
+    _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs)
+    os.environ[PRELOAD_ENV] = tree.given
+    return _RUNTIME
+
+
+def ensure_process_group(runtime: Runtime, rank: int = 0, world_size: int = 1) -> object:
+    """Upstream's own distributed init (gloo) once per process; returns its TP cpu group.
+
+    One rank: a private gloo group of one. Several ranks (a multi-rank launch,
+    torch.distributed already joined by the harness): upstream's world and
+    tensor-parallel groups over the same ranks, created by every rank together.
+    """
+    if "tp_cpu_group" in runtime.distributed:
+        if runtime.distributed["world_size"] != world_size:
+            raise ConfigError("world_size", world_size, f"the {runtime.distributed['world_size']} rank(s) this process joined first")
+        return runtime.distributed["tp_cpu_group"]
+    ps = runtime.module("parallel_state")
+    import torch.distributed as dist
+
+    init_method = "env://"
+    if not dist.is_initialized():
+        if world_size != 1:
+            raise ConfigError("world_size", world_size, "1, or a process that joined torch.distributed first")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            init_method = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ps.init_distributed_environment(world_size=world_size, rank=rank, distributed_init_method=init_method, local_rank=rank, backend="gloo")
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")
+    runtime.distributed.update(tp_cpu_group=ps.get_tp_group().cpu_group, world_size=world_size)
+    return runtime.distributed["tp_cpu_group"]

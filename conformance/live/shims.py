@@ -1,0 +1,231 @@
+"""The runtime shims that let SGLang's cache modules run on a CPU-only machine.
+
+Each shim is small, named, applied at run time to the user's imported tree
+(nothing is copied from upstream) and listed in SHIMS, which the README's
+table mirrors. Every shim replaces something that only exists with CUDA, or
+injects what the harness must control (the clock, the batch size); none
+changes a decision or a free rule of the code under test.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Shim:
+    name: str
+    replaces: str
+    why: str
+
+
+SHIMS = (
+    Shim("torchvision-stand-in", "the torchvision package (imported unconditionally by sglang.srt.utils.common and by transformers)",
+         "torchvision's wheels link against CUDA torch and do not load against a CPU torch; every name in the stand-in raises if called, and the cache never calls one"),
+    Shim("unpinned-host-pool", "HostKVCache.__init__'s pin_memory=True",
+         "pinned memory needs a CUDA allocator; on CPU a plain tensor is the same memory"),
+    Shim("direct-copy", "memory_pool_host.transfer_kv_direct (an sgl_kernel import skipped without CUDA)",
+         "the 'direct' IO backend's per-layer copy, written as a plain index copy of the same rows"),
+    Shim("injected-clock", "time.monotonic as read by hiradix_cache and cache_controller",
+         "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
+    Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream)",
+         "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
+    Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution)",
+         "it loads the model's config.json from the hub; the cache reads only its hicache_* fields, which are set as a user sets them"),
+    Shim("load-back-threshold", "HiRadixCache.load_back_threshold (10 tokens upstream)",
+         "the harness loads back partial commits of one page; upstream would skip them as too small to be worth a copy"),
+)
+
+
+# --- torchvision-stand-in ---------------------------------------------------------
+
+class _Unavailable:
+    """Any torchvision name: raises when called, yields more of itself on attribute access."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self._name}: torchvision is not available here (the torchvision-stand-in shim of conformance/live/shims.py)")
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Unavailable(f"{self._name}.{attr}")
+
+    def __mro_entries__(self, bases: tuple) -> tuple:  # `class X(torchvision.Y)` at import time
+        return (object,)
+
+
+class TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves `torchvision` and every `torchvision.*` module as a stand-in."""
+
+    VERSION = "0.28.0"  # the release paired with torch 2.13; transformers reads it to decide what to import
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "torchvision" or fullname.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+
+        def missing(attr: str, _module: str = spec.name) -> Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return _Unavailable(f"{_module}.{attr}")
+
+        module.__getattr__ = missing  # type: ignore[attr-defined]
+        if spec.name == "torchvision":
+            module.__version__ = self.VERSION  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def torchvision_loads() -> bool:
+    """True when a real torchvision imports here (then no stand-in is installed)."""
+    if any(isinstance(f, TorchvisionStandIn) for f in sys.meta_path):
+        return False
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        importlib.import_module("torchvision")
+        return True
+    except Exception:  # CUDA-linked wheels fail with RuntimeError or OSError
+        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+            del sys.modules[name]
+        return False
+
+
+def install_torchvision_stand_in() -> bool:
+    """Install the stand-in unless a real torchvision loads; True when installed."""
+    if torchvision_loads():
+        return False
+    if not any(isinstance(f, TorchvisionStandIn) for f in sys.meta_path):
+        sys.meta_path.insert(0, TorchvisionStandIn())
+    return True
+
+
+# --- unpinned-host-pool --------------------------------------------------------------
+
+def unpin_host_pool(memory_pool_host: types.ModuleType) -> None:
+    cls = memory_pool_host.HostKVCache
+    original = cls.__init__
+    if getattr(original, "_conformance_unpinned", False):
+        return
+    signature = inspect.signature(original)
+    if "pin_memory" not in signature.parameters:
+        return  # a tree whose host pool takes no such flag needs no shim
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["pin_memory"] = False
+        original(*bound.args, **bound.kwargs)
+
+    init._conformance_unpinned = True  # type: ignore[attr-defined]
+    cls.__init__ = init
+
+
+# --- direct-copy ------------------------------------------------------------------------
+
+CopyObserver = Callable[[list, list, Any, Any], Callable[[], None]]
+
+
+class DirectCopy:
+    """transfer_kv_direct as a plain index copy; observers may gate and record each call."""
+
+    def __init__(self) -> None:
+        self.observers: list[CopyObserver] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, src_layers: list, dst_layers: list, src_indices: Any, dst_indices: Any, page_size: int = 1) -> None:
+        with self._lock:
+            observers = list(self.observers)
+        finish = [observer(src_layers, dst_layers, src_indices, dst_indices) for observer in observers]
+        for src, dst in zip(src_layers, dst_layers):
+            dst[dst_indices] = src[src_indices]
+        for done in finish:
+            done()
+
+    def add(self, observer: CopyObserver) -> None:
+        with self._lock:
+            self.observers.append(observer)
+
+    def remove(self, observer: CopyObserver) -> None:
+        with self._lock:
+            if observer in self.observers:
+                self.observers.remove(observer)
+
+
+def install_direct_copy(memory_pool_host: types.ModuleType) -> DirectCopy:
+    existing = getattr(memory_pool_host, "transfer_kv_direct", None)
+    if isinstance(existing, DirectCopy):
+        return existing
+    copy = DirectCopy()
+    memory_pool_host.transfer_kv_direct = copy
+    return copy
+
+
+# --- injected-clock ---------------------------------------------------------------------
+
+class InjectedTime:
+    """Stands in for the `time` module inside upstream modules: monotonic() reads the current harness clock."""
+
+    def __init__(self) -> None:
+        self.clock: Any = None
+
+    def monotonic(self) -> float:
+        clock = self.clock
+        return clock.now() if clock is not None else time.monotonic()
+
+    def __getattr__(self, name: str) -> Any:  # perf_counter, sleep, time, ...: the real ones
+        return getattr(time, name)
+
+
+def inject_clock(modules: list[types.ModuleType], injected: InjectedTime) -> None:
+    for module in modules:
+        if getattr(module, "time", None) is time:
+            module.time = injected
+
+
+# --- storage-batch-size ------------------------------------------------------------------
+
+def set_storage_batch_pages(cache_controller: types.ModuleType, pages: int) -> None:
+    cache_controller.STORAGE_BATCH_SIZE = pages
+
+
+# --- server-args-without-model -------------------------------------------------------------
+
+def server_args_without_model(server_args_cls: type, **values: Any) -> Any:
+    """A ServerArgs with every field at its declared default except `values`, __post_init__ not run."""
+    import dataclasses
+
+    args = server_args_cls.__new__(server_args_cls)
+    for f in dataclasses.fields(server_args_cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        object.__setattr__(args, f.name, default)
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(server_args_cls)})
+    if unknown:
+        raise AttributeError(f"ServerArgs of this tree has no field(s) {unknown}")
+    for name, value in values.items():
+        object.__setattr__(args, name, value)
+    return args

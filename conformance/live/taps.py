@@ -1,0 +1,354 @@
+"""Record the spec's trace from upstream's real objects, by wrapping their methods at run time.
+
+Every wrapper calls the original; none changes what it does. Where an event
+happens (which upstream method, which thread) is listed in TAP_POINTS and in
+the README. The harness's gate is consulted after each IO start, outside
+upstream's locks, exactly where upstream then calls its storage backend or its
+copy: a hold parks that thread there, an injected fault is raised there, as a
+storage error would be.
+
+Scheduler-side context (which operation, which step, which collective) is
+kept per thread: upstream's scheduler calls are made by the test's thread,
+IO by upstream's own threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from spec.config import TerminationConfig
+from spec.decision import VOTE_COLLECTIVE, DecisionState
+from spec.fence import COMMIT_COLLECTIVE
+from spec.trace import BACKUP, HOST, LOAD, LOAD_BACK_COPY, WRITE_BACK_COPY, EventKind, TraceRecorder, page_digest
+
+KV = "kv"
+TREE = "tree"  # owner of host slots held by the radix tree
+
+TAP_POINTS = (
+    ("op_start", "cache_controller.prefetch_queue.put (the operation is queued)"),
+    ("alloc / free", "mem_pool_host.alloc / mem_pool_host.free (owner: the operation in scheduler context, else the tree)"),
+    ("hit, io_done", "cache_controller._page_transfer entry, and the IO thread's release of the unused tail after it (io_done)"),
+    ("revoke", "cache_controller.prefetch_revoke_queue.put (prefetch thread), release_aborted_request (abort)"),
+    ("io_start / io_end (load)", "cache_controller.page_get_func around each storage batch (IO thread); the gate sits before the storage call"),
+    ("io_start / io_end (backup)", "cache_controller.page_set_func around each storage batch (backup thread)"),
+    ("page_write", "storage_backend.set (the page's file name is its key)"),
+    ("io_start / io_end (copies)", "cache_controller.start_writing / start_loading (device<->host copies)"),
+    ("vote, collective", "HiRadixCache._all_reduce_attn_groups inside can_terminate_prefetch; best_effort returns before it: vote recorded at return"),
+    ("terminate", "cache_controller.terminate_prefetch inside check_prefetch_progress"),
+    ("commit, insert", "HiRadixCache._insert_helper_host inside check_prefetch_progress"),
+)
+
+
+class Context(threading.local):
+    op: str | None = None
+    step: int | None = None
+    phase: str | None = None
+    voted: bool = False
+
+
+def wrap(obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace obj.name (an instance attribute shadowing a method, or a queue's put) by make(original)."""
+    original = getattr(obj, name)
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    setattr(obj, name, wrapper)
+
+
+class Taps:
+    """The recording side of one live cache instance."""
+
+    def __init__(self, trace: TraceRecorder, termination: TerminationConfig, page_size: int) -> None:
+        self.trace = trace
+        self.termination = termination
+        self.page_size = page_size
+        self.ctx = Context()
+        self.owner: dict[int, str] = {}  # host kv slot -> operation id or TREE
+        self.io_done = threading.Condition()
+        self.started_ops: set[str] = set()
+        self.ended_ops: set[str] = set()
+        self.io_thread_errors: list[str] = []
+        self.step = 0
+
+    # --- context ----------------------------------------------------------------------
+
+    @contextmanager
+    def scheduling(self, *, op: str | None = None, phase: str | None = None) -> Iterator[None]:
+        saved = (self.ctx.op, self.ctx.phase)
+        self.ctx.op = op if op is not None else self.ctx.op
+        self.ctx.phase = phase if phase is not None else self.ctx.phase
+        try:
+            yield
+        finally:
+            self.ctx.op, self.ctx.phase = saved
+
+    @contextmanager
+    def scheduler_step(self) -> Iterator[int]:
+        """One scheduler check: events inside carry its step; outside it (writes, probes) they carry none."""
+        self.step += 1
+        self.ctx.step = self.step
+        self.trace.record(EventKind.STEP, step=self.step)
+        try:
+            yield self.step
+        finally:
+            self.ctx.step = None
+
+    # --- waiting on the IO thread -----------------------------------------------------------
+
+    def _io_finished(self, op: str) -> None:
+        self.trace.record(EventKind.IO_DONE, op=op)
+        with self.io_done:
+            self.ended_ops.add(op)
+            self.io_done.notify_all()
+
+    def wait_io_done(self, op: str, timeout_s: float) -> bool:
+        """True once upstream's threads start no more IO for op; at once when op was never queued."""
+        with self.io_done:
+            return self.io_done.wait_for(lambda: op in self.ended_ops or op not in self.started_ops, timeout_s)
+
+    # --- host slots ---------------------------------------------------------------------------
+
+    def tap_host_pool(self, pool: Any) -> None:
+        def alloc(original: Callable) -> Callable:
+            def wrapper(need_size: int) -> Any:
+                slots = original(need_size)
+                if slots is not None:
+                    owner = self.ctx.op if self.ctx.phase == "prefetch" else None
+                    self.trace.record(EventKind.ALLOC, op=owner, pool=KV, space=HOST, slots=slots)
+                    for s in slots.tolist():
+                        self.owner[s] = owner or TREE
+                return slots
+            return wrapper
+
+        def free(original: Callable) -> Callable:
+            def wrapper(indices: Any) -> Any:
+                by_owner: dict[str, list[int]] = {}
+                for s in indices.tolist():
+                    by_owner.setdefault(self.owner.pop(s, TREE), []).append(s)
+                for owner, slots in by_owner.items():
+                    self.trace.record(EventKind.FREE, op=None if owner == TREE else owner, pool=KV, space=HOST, slots=slots)
+                return original(indices)
+            return wrapper
+
+        wrap(pool, "alloc", alloc)
+        wrap(pool, "free", free)
+
+    # --- the controller: queue, hit query, IO ------------------------------------------------------
+
+    def tap_controller(self, cc: Any) -> None:
+        def queued(original: Callable) -> Callable:
+            def wrapper(item: Any, *args: Any, **kwargs: Any) -> Any:
+                if item is not None and hasattr(item, "request_id"):
+                    with self.io_done:
+                        self.started_ops.add(item.request_id)
+                    self.trace.record(
+                        EventKind.OP_START,
+                        op=item.request_id,
+                        value={"policy": self.termination.policy.value, "start": float(item.start_time), "page_size": self.page_size,
+                               "requested_pages": len(item.token_ids) // self.page_size},
+                    )
+                return original(item, *args, **kwargs)
+            return wrapper
+
+        def revoked(original: Callable) -> Callable:
+            def wrapper(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+                self.trace.record(EventKind.REVOKE, op=request_id, value="hit too short")
+                result = original(request_id, *args, **kwargs)
+                self._io_finished(request_id)
+                return result
+            return wrapper
+
+        def page_set(original: Callable) -> Callable:
+            def wrapper(hash_values: Any, host_indices: Any, *args: Any) -> Any:
+                io = self.trace.next_io_id()
+                start = self.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=host_indices, io=io, value=BACKUP)
+                ok = False
+                try:
+                    self.trace.gate(start)
+                    ok = bool(original(hash_values, host_indices, *args))
+                    return ok
+                finally:
+                    self.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=host_indices, io=io, value=ok)
+            return wrapper
+
+        def terminate(original: Callable) -> Callable:
+            def wrapper(operation: Any) -> Any:
+                completed, hashes = original(operation)
+                if self.ctx.phase == "abort":
+                    self.trace.record(EventKind.REVOKE, op=operation.request_id, value="abort")
+                    self.trace.record(EventKind.COMMIT, op=operation.request_id, value=0)
+                else:
+                    self.trace.record(EventKind.TERMINATE, op=operation.request_id, step=self.ctx.step, value=int(completed))
+                return completed, hashes
+            return wrapper
+
+        wrap(cc.prefetch_queue, "put", queued)
+        wrap(cc.prefetch_revoke_queue, "put", revoked)
+        self._tap_load_path(cc)
+        wrap(cc, "page_set_func", page_set)
+        wrap(cc, "terminate_prefetch", terminate)
+        self._tap_copies(cc)
+
+    def _tap_load_path(self, cc: Any) -> None:
+        """HIT when the IO thread takes the operation, IO start/end per storage batch, IO_DONE after its last release."""
+        def transfer(original: Callable) -> Callable:
+            def wrapper(operation: Any) -> Any:
+                op = operation.request_id
+                self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
+                try:
+                    result = original(operation)
+                except BaseException as exc:
+                    self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
+                    self._io_finished(op)
+                    raise  # upstream's IO thread ends here, as it would on a storage error
+                self.ctx.finishing = op  # its next release (the unused tail) ends its IO
+                return result
+            return wrapper
+
+        def released(original: Callable) -> Callable:
+            def wrapper(host_indices: Any) -> Any:
+                result = original(host_indices)
+                op = getattr(self.ctx, "finishing", None)
+                if op is not None:
+                    self.ctx.finishing = None
+                    self._io_finished(op)
+                return result
+            return wrapper
+
+        def page_get(original: Callable) -> Callable:
+            def wrapper(operation: Any, hash_values: Any, host_indices: Any, *args: Any) -> Any:
+                op = operation.request_id
+                io = self.trace.next_io_id()
+                before = operation.completed_tokens
+                start = self.trace.record(EventKind.IO_START, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=LOAD)
+                try:
+                    self.trace.gate(start)
+                    result = original(operation, hash_values, host_indices, *args)
+                except BaseException:
+                    self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=host_indices, io=io, value=False)
+                    raise
+                arrived = max(0, operation.completed_tokens - before)
+                self._end_in_parts(op, host_indices, io, arrived)
+                return result
+            return wrapper
+
+        wrap(cc, "_page_transfer", transfer)
+        wrap(cc, "append_host_mem_release", released)
+        wrap(cc, "page_get_func", page_get)
+
+    def _end_in_parts(self, op: str, host_indices: Any, io: int, arrived_tokens: int) -> None:
+        slots = host_indices.tolist()
+        done, failed = slots[:arrived_tokens], slots[arrived_tokens:]
+        if done:
+            self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=done, io=io, value=True)
+        if failed:
+            self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=failed, io=io, value=False)
+
+    def _tap_copies(self, cc: Any) -> None:
+        def copying(direction: str, queue_name: str) -> Callable[[Callable], Callable]:
+            def make(original: Callable) -> Callable:
+                def wrapper(*args: Any, **kwargs: Any) -> Any:
+                    queue = getattr(cc, queue_name)
+                    if not queue:
+                        return original(*args, **kwargs)
+                    import torch
+
+                    slots = torch.cat([op.host_indices for op in queue])
+                    io = self.trace.next_io_id()
+                    start = self.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=slots, io=io, value=direction)
+                    ok = False
+                    try:
+                        self.trace.gate(start)
+                        result = original(*args, **kwargs)
+                        ok = True
+                        return result
+                    finally:
+                        # CPU streams and events are no-ops: the copy has ended when the call returns.
+                        self.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=slots, io=io, value=ok)
+                return wrapper
+            return make
+
+        wrap(cc, "start_writing", copying(WRITE_BACK_COPY, "write_queue"))
+        wrap(cc, "start_loading", copying(LOAD_BACK_COPY, "load_queue"))
+
+    def tap_storage(self, backend: Any, file_name: Callable[[str], str]) -> None:
+        def setter(original: Callable) -> Callable:
+            def wrapper(key: str, value: Any = None, *args: Any, **kwargs: Any) -> Any:
+                ok = original(key, value, *args, **kwargs)
+                if ok and value is not None and self.trace.enabled:
+                    raw = value.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
+                    self.trace.record(EventKind.PAGE_WRITE, pool=KV, keys=[file_name(key)], digests=[page_digest(raw)])
+                return ok
+            return wrapper
+
+        wrap(backend, "set", setter)
+
+    # --- the cache: decision, commit ------------------------------------------------------------------
+
+    def tap_cache(self, cache: Any, decision_state: Callable[[Any], DecisionState]) -> None:
+        def deciding(original: Callable) -> Callable:
+            def wrapper(operation: Any) -> Any:
+                saved = (self.ctx.op, self.ctx.phase, self.ctx.voted)
+                self.ctx.op, self.ctx.phase, self.ctx.voted = operation.request_id, "vote", False
+                self.ctx.operation = operation
+                try:
+                    result = original(operation)
+                    if not self.ctx.voted:  # best_effort (or an unknown policy) returns before any reduce
+                        state = decision_state(operation)
+                        self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=bool(result), state=state)
+                    return result
+                finally:
+                    self.ctx.op, self.ctx.phase, self.ctx.voted = saved
+            return wrapper
+
+        def reducing(original: Callable) -> Callable:
+            def wrapper(tensor: Any, op: Any) -> Any:
+                name = self.ctx.phase or "other"
+                if self.ctx.phase == "vote" and tensor.numel() == 2:
+                    operation = self.ctx.operation
+                    vote = int(tensor[0].item()) == 0
+                    self.ctx.voted = True
+                    self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=vote, state=decision_state(operation))
+                    name = VOTE_COLLECTIVE
+                elif self.ctx.phase == "commit":
+                    name = COMMIT_COLLECTIVE
+                self.trace.record(EventKind.COLLECTIVE, step=self.ctx.step, op=self.ctx.op, value=name)
+                return original(tensor, op)
+            return wrapper
+
+        def inserting(original: Callable) -> Callable:
+            def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any) -> Any:
+                op = self.ctx.op
+                self.trace.record(EventKind.COMMIT, op=op, step=self.ctx.step, value=len(key))
+                matched = original(node, key, host_value, hash_value)
+                inserted = host_value[matched:].tolist()
+                if inserted:
+                    self.trace.record(EventKind.INSERT, op=op, pool=KV, space=HOST, slots=inserted)
+                    for s in inserted:
+                        self.owner[s] = TREE
+                return matched
+            return wrapper
+
+        def progress(original: Callable) -> Callable:
+            def wrapper(req_id: str) -> Any:
+                with self.scheduling(op=req_id, phase="commit"):
+                    return original(req_id)
+            return wrapper
+
+        def phase(name: str) -> Callable[[Callable], Callable]:
+            def make(original: Callable) -> Callable:
+                def wrapper(*args: Any, **kwargs: Any) -> Any:
+                    with self.scheduling(phase=name):
+                        return original(*args, **kwargs)
+                return wrapper
+            return make
+
+        wrap(cache, "can_terminate_prefetch", deciding)
+        wrap(cache, "_all_reduce_attn_groups", reducing)
+        wrap(cache, "_insert_helper_host", inserting)
+        wrap(cache, "check_prefetch_progress", progress)
+        wrap(cache, "writing_check", phase("write_ack_min"))
+        wrap(cache, "loading_check", phase("load_ack_min"))
+        wrap(cache, "drain_storage_control_queues", phase("drain_queues_min"))

@@ -1,0 +1,118 @@
+"""Find SGLang's package in what a user points --sglang-live at, without importing it.
+
+Accepted, PATH being:
+  - a source checkout (the tree containing python/sglang), at any commit;
+  - a directory holding the `sglang` package: an unpacked wheel
+    (`pip download sglang==0.5.23 --no-deps`, then unzip) or a site-packages;
+  - the `sglang` package directory itself.
+An optional `@LABEL` suffix names the target in the matrix (a commit, say, for
+a `git archive` tree that carries no .git).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from spec.errors import ConfigError
+
+OPTION = "--sglang-live"
+ACCEPTED = "an SGLang source checkout (containing python/sglang/__init__.py), a directory holding the sglang package (an unpacked wheel, a site-packages), or the sglang package directory"
+
+# Cache classes this harness can run live: class name -> module file under sglang/.
+LIVE_CLASSES = {
+    "HiRadixCache": "srt/mem_cache/hiradix_cache.py",
+}
+# Cache classes recognised but not yet wired (reported, not run).
+KNOWN_UNWIRED = {
+    "UnifiedRadixCache": "srt/mem_cache/unified_radix_cache.py",
+    "HiMambaRadixCache": "srt/mem_cache/hi_mamba_radix_cache.py",
+}
+
+
+@dataclass(frozen=True)
+class SglangTree:
+    given: str  # what the user passed, for messages
+    import_root: Path  # the directory to put on sys.path (it contains sglang/)
+    label: str  # the version or commit shown in the matrix
+    classes: tuple[str, ...]  # LIVE_CLASSES found in the tree
+    missing: tuple[str, ...]  # LIVE_CLASSES absent from the tree, one line each
+    unwired: tuple[str, ...]  # KNOWN_UNWIRED found (recognised, not run)
+
+    @property
+    def package(self) -> Path:
+        return self.import_root / "sglang"
+
+
+def parse_option(value: str) -> tuple[Path, str | None]:
+    """'PATH' or 'PATH@LABEL' -> (path, label)."""
+    path, sep, label = value.rpartition("@")
+    if not sep:
+        return Path(value).expanduser(), None
+    if not label or not re.fullmatch(r"[A-Za-z0-9._+~-]+", label):
+        raise ConfigError(OPTION, value, "PATH or PATH@LABEL, LABEL made of letters, digits and . _ + ~ -")
+    return Path(path).expanduser(), label
+
+
+def locate(value: str) -> SglangTree:
+    """The SGLang tree named by an --sglang-live value; a ConfigError (one line) if it is not one."""
+    path, label = parse_option(value)
+    if not path.exists():
+        raise ConfigError(OPTION, value, f"an existing path: {ACCEPTED}")
+    root = _import_root(path.resolve())
+    if root is None:
+        raise ConfigError(OPTION, value, ACCEPTED)
+    package = root / "sglang"
+    found = tuple(name for name, rel in LIVE_CLASSES.items() if _defines(package / rel, name))
+    missing = tuple(
+        f"{name}: not defined in sglang/{rel}" if (package / rel).is_file() else f"{name}: sglang/{rel} does not exist"
+        for name, rel in LIVE_CLASSES.items()
+        if name not in found
+    )
+    unwired = tuple(name for name, rel in KNOWN_UNWIRED.items() if _defines(package / rel, name))
+    return SglangTree(value, root, label or detect_label(path.resolve(), package), found, missing, unwired)
+
+
+def _import_root(path: Path) -> Path | None:
+    if (path / "python" / "sglang" / "__init__.py").is_file():
+        return path / "python"
+    if (path / "sglang" / "__init__.py").is_file():
+        return path
+    if path.name == "sglang" and (path / "__init__.py").is_file():
+        return path.parent
+    return None
+
+
+def _defines(module: Path, class_name: str) -> bool:
+    if not module.is_file():
+        return False
+    return re.search(rf"^class {re.escape(class_name)}\b", module.read_text(encoding="utf-8", errors="replace"), re.M) is not None
+
+
+def detect_label(path: Path, package: Path) -> str:
+    """A short commit when the tree is a git checkout, else the package's own version, else 'unknown'."""
+    commit = _git_commit(path)
+    if commit:
+        return commit
+    for name in ("version.py", "_version.py"):
+        version_file = package / name
+        if version_file.is_file():
+            found = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", version_file.read_text(encoding="utf-8", errors="replace"), re.M)
+            if found:
+                return found.group(1)
+    dist = sorted(package.parent.glob("sglang-*.dist-info"))
+    if dist:
+        return dist[-1].name[len("sglang-") : -len(".dist-info")]
+    return "unknown"
+
+
+def _git_commit(path: Path) -> str | None:
+    if not any((p / ".git").exists() for p in (path, *path.parents)):
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

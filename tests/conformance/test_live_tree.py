@@ -1,0 +1,108 @@
+"""Finding SGLang in what a user passes to --sglang-live, on hand-written trees of our own (no upstream code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.live.adapter import adapters_for
+from conformance.live.plugin import live_trees
+from conformance.live.tree import locate, parse_option
+from spec.errors import ConfigError
+
+HIRADIX = "class HiRadixCache(RadixCache):\n    pass\n"
+
+
+def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | None = None, unified: bool = False) -> Path:
+    """A minimal upstream-shaped sglang package under root; returns the package directory."""
+    package = root / "sglang"
+    mem_cache = package / "srt" / "mem_cache"
+    mem_cache.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    if hiradix is not None:
+        (mem_cache / "hiradix_cache.py").write_text(hiradix)
+    if unified:
+        (mem_cache / "unified_radix_cache.py").write_text("class UnifiedRadixCache(BasePrefixCache):\n    pass\n")
+    if version is not None:
+        (package / "version.py").write_text(f'__version__ = "{version}"\n')
+    return package
+
+
+def test_checkout_layout_imports_from_python_dir(tmp_path):
+    sglang_package(tmp_path / "python", version="0.5.9")
+    tree = locate(str(tmp_path))
+    assert tree.import_root == tmp_path / "python"
+    assert tree.classes == ("HiRadixCache",) and tree.missing == ()
+    assert tree.label == "0.5.9"
+
+
+def test_wheel_or_site_packages_layout(tmp_path):
+    sglang_package(tmp_path, hiradix=None, unified=True)
+    (tmp_path / "sglang-0.5.23.dist-info").mkdir()
+    tree = locate(str(tmp_path))
+    assert tree.import_root == tmp_path and tree.label == "0.5.23"
+    assert tree.classes == () and tree.unwired == ("UnifiedRadixCache",)
+    assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist",)
+
+
+def test_package_directory_itself(tmp_path):
+    package = sglang_package(tmp_path)
+    assert locate(str(package)).import_root == tmp_path
+
+
+def test_label_suffix_names_the_row(tmp_path):
+    sglang_package(tmp_path / "python", version="0.5.9")
+    tree = locate(f"{tmp_path}@9e9fde147")
+    assert tree.label == "9e9fde147"
+    assert [a.name for a in adapters_for(tree)] == ["sglang-live:HiRadixCache@9e9fde147"]
+
+
+def test_class_only_in_a_comment_is_missing(tmp_path):
+    sglang_package(tmp_path, hiradix="# class HiRadixCache(RadixCache) was removed\nclass UnifiedRadixCache:\n    pass\n")
+    tree = locate(str(tmp_path))
+    assert tree.classes == ()
+    assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py",)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("{tmp}/nowhere", "an existing path"),
+    ("{tmp}", "an SGLang source checkout"),
+    ("{tmp}@bad label!", "LABEL made of"),
+], ids=["missing-path", "not-sglang", "bad-label"])
+def test_bad_value_is_one_line(tmp_path, value, fragment):
+    (tmp_path / "README.md").write_text("not sglang")
+    with pytest.raises(ConfigError) as info:
+        locate(value.format(tmp=tmp_path))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("invalid --sglang-live:") and fragment in message, message
+
+
+def test_parse_option_without_label():
+    assert parse_option("/src/sglang") == (Path("/src/sglang"), None)
+
+
+def test_tree_without_any_live_class_is_reported_not_run(tmp_path):
+    sglang_package(tmp_path, hiradix=None, unified=True)
+    with pytest.raises(ConfigError) as info:
+        live_trees([str(tmp_path)])
+    message = str(info.value)
+    assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in message
+    assert "UnifiedRadixCache is in the tree but not wired to the harness yet" in message
+
+
+def test_one_tree_per_run(tmp_path):
+    sglang_package(tmp_path / "a")
+    sglang_package(tmp_path / "b")
+    with pytest.raises(ConfigError, match="one SGLang tree per run"):
+        live_trees([str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_adapter_travels_to_rank_processes_by_pickle(tmp_path):
+    import pickle
+
+    sglang_package(tmp_path / "python")
+    (adapter,) = adapters_for(locate(f"{tmp_path}@abc"))
+    again = pickle.loads(pickle.dumps(adapter))
+    assert again == adapter and again.name == "sglang-live:HiRadixCache@abc"
+    assert "multi_rank" in again.capabilities and not again.default_extra_pools
