@@ -100,7 +100,7 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # pin the worker's GPU before any other plugin could touch CUDA
 def pytest_configure(config: pytest.Config) -> None:
-    if suite_requested(config):
+    if suite_requested(config) and not config.getoption("help", False):  # --help needs no adapter
         start_harness(config)
 
 

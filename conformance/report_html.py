@@ -8,6 +8,7 @@ the spec (statement, rationale, what upstream does, evidence).
 
 from __future__ import annotations
 
+import shlex
 from html import escape
 from typing import Any, Mapping
 
@@ -49,7 +50,7 @@ def _identity(data: Mapping[str, Any]) -> list[str]:
            f"<tr><th>suite</th><td>{_e(suite['name'])} {_e(suite['version'] or '(version unknown)')}, "
            f"commit <code>{_e(suite['commit'] or 'unknown')}</code>{_e(modified)}</td></tr>",
            f"<tr><th>run</th><td>{_e(run['started'])} to {_e(run['finished'])} ({run['duration_s']:.1f}s)<br>"
-           f"<code>pytest {_e(' '.join(run['pytest_args']))}</code></td></tr>",
+           f"<code>pytest {_e(shlex.join(run['pytest_args']))}</code></td></tr>",
            f"<tr><th>machine</th><td>torch {_e(target['torch'])}, Python {_e(target['python'])}, {_e(target['platform'])}</td></tr>",
            "</table>", "<table><tr><th>device</th><th>kind</th><th>model</th><th>driver</th></tr>"]
     out += [f"<tr><td>{_e(d['name'])}</td><td>{_e(d['kind'])}</td><td>{_e(d['model'])}</td><td>{_e(d['driver'] or '-')}</td></tr>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -127,7 +128,7 @@ def _identity_lines(data: Mapping[str, Any]) -> list[str]:
     suite, run, target = data["suite"], data["run"], data["target"]
     modified = " (with uncommitted changes)" if suite.get("modified") else ""
     out = [f"- suite: {suite['name']} {suite['version'] or '(version unknown)'}, commit {suite['commit'] or 'unknown'}{modified}",
-           f"- run: {run['started']} to {run['finished']} ({run['duration_s']:.1f}s): `pytest {' '.join(run['pytest_args'])}`",
+           f"- run: {run['started']} to {run['finished']} ({run['duration_s']:.1f}s): `pytest {shlex.join(run['pytest_args'])}`",
            f"- torch {target['torch']}, Python {target['python']}, platform {target['platform']}",
            f"- device kinds: {', '.join(target['device_kinds'])}", "",
            "| device | kind | model | driver |", "|---|---|---|---|"]

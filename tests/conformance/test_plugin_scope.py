@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.plugin import SUITE_OPTION_DESTS, reaches_package
+from conformance.plugin import PLUGIN_NAME, SUITE_OPTION_DESTS, reaches_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,3 +117,15 @@ def test_a_package_inside_a_virtual_environment_is_not_collected_from_above(layo
     root = venv_package.parents[3]  # the checkout holding venv/
     assert reaches_package(".", root, False, venv_package) is False  # pytest skips virtual environments
     assert reaches_package(str(venv_package), root, False, venv_package) is True  # named directly, it runs
+
+
+def test_the_entry_point_is_named_after_its_module():
+    """`-p conformance.plugin` (this repository's addopts, the tests above) and the installed entry point must be one
+    plugin name, or pytest refuses the second registration of the same module."""
+    from conformance.expectations import _toml
+
+    if _toml is None:
+        pytest.skip("no TOML reader (Python < 3.11 without tomli)")
+    project = _toml.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["entry-points"]["pytest11"] == {PLUGIN_NAME: PLUGIN_NAME}
+    assert f"-p {PLUGIN_NAME}" in project["tool"]["pytest"]["ini_options"]["addopts"]
