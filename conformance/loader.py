@@ -1,8 +1,9 @@
-"""Finds the adapters to run: entry points, plus any named with --cache-impl."""
+"""Finds the adapters to run: entry points, plus any named with --cache-impl; and where each came from."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
 
@@ -34,23 +35,40 @@ def check_adapter(adapter: Any, origin: str) -> CacheAdapter:
     return adapter
 
 
-def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True, extra: Sequence[CacheAdapter] = ()) -> list[CacheAdapter]:
+@dataclass(frozen=True)
+class Origin:
+    """How an adapter reached the run, for the report: the option or entry point, and the factory it named."""
+
+    source: str  # "--cache-impl", "entry point", "--sglang", "--sglang-live"
+    factory: str | None = None  # 'package.module:factory'
+    value: str | None = None  # the option's value or the entry point's name
+    distribution: tuple[str, str] | None = None  # (name, version) of the distribution declaring the entry point
+
+
+def _entry_point_origin(ep: Any) -> Origin:
+    dist = getattr(ep, "dist", None)
+    declared = (dist.metadata["Name"], dist.version) if dist is not None else None
+    return Origin("entry point", ep.value, ep.name, declared)
+
+
+def load_adapters(cli_specs: Sequence[str], *, use_entry_points: bool = True,
+                  extra: Sequence[tuple[CacheAdapter, Origin]] = ()) -> list[tuple[CacheAdapter, Origin]]:
     """--cache-impl adapters, else every registered entry point, plus `extra` (e.g. --sglang-live); names must be unique."""
-    adapters: list[CacheAdapter] = []
+    loaded: list[tuple[CacheAdapter, Origin]] = []
     if cli_specs:
         for spec in cli_specs:
-            adapters.append(check_adapter(load_factory(spec)(), spec))
+            loaded.append((check_adapter(load_factory(spec)(), spec), Origin("--cache-impl", spec, spec)))
     elif use_entry_points:
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-            adapters.append(check_adapter(ep.load()(), f"entry point {ep.name}"))
-    adapters += [check_adapter(adapter, adapter.name) for adapter in extra]
-    names = [a.name for a in adapters]
+            loaded.append((check_adapter(ep.load()(), f"entry point {ep.name}"), _entry_point_origin(ep)))
+    loaded += [(check_adapter(adapter, adapter.name), origin) for adapter, origin in extra]
+    names = [a.name for a, _ in loaded]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError("adapter names", duplicates, "unique names")
-    if not adapters:
+    if not loaded:
         raise ConfigError("--cache-impl", None, f"at least one adapter (none given and no '{ENTRY_POINT_GROUP}' entry points)")
-    return adapters
+    return loaded
 
 
 def load_checkout_adapters(kind: str, path: str, factory_spec: str | None = None) -> tuple[list[CacheAdapter], list[tuple[str, str]]]:

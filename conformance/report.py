@@ -1,52 +1,59 @@
 """The conformance matrix: implementation x device x clause, from test reports.
 
-Each implementation test carries its impl, device and clauses in
-item.user_properties, and a failed one also the clauses its failure names
-(conformance/failures.py); both travel inside test reports, so the
+Each conformance test carries its impl, device and clauses (or that it is
+weak) in item.user_properties, and a failed one also the clauses its failure
+names (conformance/failures.py); both travel inside test reports, so the
 controller of an xdist run builds the same matrix a single process does.
 
 A clause's status for (impl, device), strongest first:
 - fail: a test failed naming this clause (its rule broke here);
 - fail-other: a test citing this clause failed, naming another clause (or none);
-- pass, xfail, skip: the tests citing it did so;
+- xfail: a test citing it failed as expected;
+- pass: every citing test that ran passed (at least one ran);
+- skip: every citing test skipped;
+- not-run: the device did not run at all (no such device here): never a pass;
 - uncovered: no test cites it.
-A test that takes no device counts for every device of its implementation.
-Rendering (terminal, Markdown) is in conformance/report_render.py.
+A test that takes no device counts for every device of its implementation
+that ran. A weak test (@pytest.mark.weak) cites nothing, so it colours no
+cell; it is listed with its outcome. Rendering is in conformance/report_render.py
+and conformance/report_html.py; the recorder plugin in conformance/recorder.py.
 """
 
 from __future__ import annotations
 
-import platform
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import pytest
-
 from conformance import decision_rows
-from conformance.devices import ANY_DEVICE
+from conformance.devices import ANY_DEVICE, CPU
 from conformance.failures import read_failed
-from conformance.report_render import render_terminal, write_report
+
+SCHEMA_VERSION = 1  # of the JSON report (conformance/report.schema.json)
 
 PROP_IMPL = "conformance.impl"
 PROP_DEVICE = "conformance.device"
 PROP_CLAUSES = "conformance.clauses"
+PROP_WEAK = "conformance.weak"  # the weak marker's reason
+PROP_DEVICE_NOT_RUN = "conformance.device_not_run"  # why the test's device cannot run here
+INTERLEAVINGS_KEY = "conformance.interleavings"  # user property a systematic-exploration test sets
 
 # Matrix statuses, strongest first; test outcomes are fail, pass, xfail, skip.
-STATUSES = ("fail", "fail-other", "pass", "xfail", "skip", "uncovered")
+STATUSES = ("fail", "fail-other", "xfail", "pass", "skip", "not-run", "uncovered")
+_RAN = STATUSES[:5]
 
 
 def item_properties(impl: str, device: str, clauses: Sequence[str]) -> list[tuple[str, str]]:
     return [(PROP_IMPL, impl), (PROP_DEVICE, device), (PROP_CLAUSES, ",".join(clauses))]
 
 
+def _properties(user_properties: Iterable[Any]) -> dict[str, Any]:
+    """A report's user_properties as a dict (pairs may arrive as lists after xdist's trip)."""
+    return {pair[0]: pair[1] for pair in user_properties if len(pair) == 2 and isinstance(pair[0], str)}
+
+
 def read_properties(user_properties: Iterable[Any]) -> tuple[str, str, list[str]] | None:
-    """(impl, device, clauses) from a report's user_properties (pairs may arrive as lists)."""
-    props = {}
-    for pair in user_properties:
-        if len(pair) == 2 and isinstance(pair[0], str):
-            props[pair[0]] = pair[1]
+    """(impl, device, clauses) from a report's user_properties; None for a test that is not a conformance test."""
+    props = _properties(user_properties)
     if PROP_IMPL not in props:
         return None
     clauses = [c for c in str(props.get(PROP_CLAUSES, "")).split(",") if c]
@@ -64,6 +71,12 @@ def phase_outcome(report: Any) -> str | None:
     return None
 
 
+def skip_reason(report: Any) -> str:
+    longrepr = getattr(report, "longrepr", None)
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
+    return text.removeprefix("Skipped: ")
+
+
 @dataclass
 class OutcomeRecord:
     nodeid: str
@@ -73,23 +86,35 @@ class OutcomeRecord:
     outcome: str | None = None
     # {clause: first message line naming it} of the failing phases; empty: the failure named none
     failed_clauses: dict[str, str] = field(default_factory=dict)
+    weak: str | None = None  # the reason of a weak test
+    device_not_run: str | None = None  # why its device cannot run here
+    skip_reason: str | None = None
 
     def add(self, report: Any) -> None:
+        props = _properties(report.user_properties)
+        if PROP_WEAK in props:
+            self.weak = str(props[PROP_WEAK])
+        if PROP_DEVICE_NOT_RUN in props:
+            self.device_not_run = str(props[PROP_DEVICE_NOT_RUN])
         phase = phase_outcome(report)
         if phase == "fail" or (phase is not None and self.outcome is None):
             self.outcome = phase
+            if phase == "skip":
+                self.skip_reason = skip_reason(report)
         if phase == "fail":
             for clause, line in (read_failed(report.user_properties) or {}).items():
                 self.failed_clauses.setdefault(clause, line)
 
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
-                "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None}
+                "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
+                "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None}
 
 
 def clause_status(outcomes: Iterable[str]) -> str:
+    """The cell of one clause from the outcomes of the tests citing it: pass only if every one that ran passed."""
     seen = set(outcomes)
-    return next((status for status in STATUSES[:-1] if status in seen), "uncovered")
+    return next((status for status in _RAN if status in seen), "uncovered")
 
 
 def _clause_outcomes(record: OutcomeRecord) -> Iterable[tuple[str, str]]:
@@ -101,8 +126,30 @@ def _clause_outcomes(record: OutcomeRecord) -> Iterable[tuple[str, str]]:
     yield from ((clause, "fail-other") for clause in record.clauses if clause not in record.failed_clauses)
 
 
-def build_matrix(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]], clause_ids: Sequence[str]) -> tuple[dict, dict]:
+def devices_not_run(records: Sequence[OutcomeRecord], devices: Iterable[str], known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{device: why} for the GPU columns on which no test ran (every test there skipped for want of the device, or none).
+
+    The CPU always runs. A GPU column counts as run only when a test ran on it:
+    a run that never reached the GPU says so instead of passing device-free
+    tests there. `known`: reasons the harness already has (no GPU visible).
+    """
+    known = known or {}
+    out: dict[str, str] = {}
+    for device in dict.fromkeys(devices):
+        if device in (CPU, ANY_DEVICE):
+            continue
+        found = [r for r in records if r.device == device and r.outcome]
+        if any(r.device_not_run is None for r in found):
+            continue
+        reasons = [r.device_not_run for r in found if r.device_not_run]
+        out[device] = reasons[0] if reasons else known.get(device, "no test ran on this device in this run")
+    return out
+
+
+def build_matrix(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]], clause_ids: Sequence[str],
+                 not_run: Mapping[str, str] | None = None) -> tuple[dict, dict]:
     """(matrix[impl][device][clause] -> status, uncovered[impl][device] -> [clause ids])."""
+    not_run = not_run or {}
     matrix: dict = {}
     uncovered: dict = {}
     for impl, devices in _columns(records, pairs).items():
@@ -110,9 +157,13 @@ def build_matrix(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[
         for device in devices:
             outcomes: dict[str, list[str]] = {clause: [] for clause in clause_ids}
             for record in _records_of(records, impl, device):
+                if record.weak is not None:
+                    continue  # cites nothing, whatever its message says
                 for clause, outcome in _clause_outcomes(record):
                     outcomes.setdefault(clause, []).append(outcome)
             row = {clause: clause_status(outcomes[clause]) for clause in clause_ids}
+            if device in not_run:
+                row = {clause: "uncovered" if status == "uncovered" else "not-run" for clause, status in row.items()}
             matrix[impl][device] = row
             uncovered[impl][device] = [clause for clause in clause_ids if row[clause] == "uncovered"]
     return matrix, uncovered
@@ -131,51 +182,43 @@ def _records_of(records: Sequence[OutcomeRecord], impl: str, device: str) -> lis
     return [r for r in records if r.impl == impl and r.outcome and r.device in (device, ANY_DEVICE)]
 
 
-def failing_here(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]]) -> dict:
-    """failing[impl][device] -> {clause: the first failure line naming it}, and what failed naming no clause."""
+def failing_here(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]], not_run: Mapping[str, str] | None = None) -> dict:
+    """failing[impl][device] -> {clause: the first failure line naming it}, what failed naming no clause, failed weak tests."""
     out: dict = {}
     for impl, devices in _columns(records, pairs).items():
         out[impl] = {}
         for device in devices:
             named: dict[str, str] = {}
-            unnamed = []
-            for record in sorted(_records_of(records, impl, device), key=lambda r: r.nodeid):
+            unnamed, weak = [], []
+            found = [] if device in (not_run or {}) else _records_of(records, impl, device)
+            for record in sorted(found, key=lambda r: r.nodeid):
                 if record.outcome != "fail":
+                    continue
+                if record.weak is not None:
+                    weak.append(record.nodeid)
                     continue
                 for clause, line in record.failed_clauses.items():
                     named.setdefault(clause, line)
                 if not record.failed_clauses:
                     unnamed.append(record.nodeid)
-            out[impl][device] = {"clauses": named, "naming_no_clause": unnamed}
+            out[impl][device] = {"clauses": named, "naming_no_clause": unnamed, "weak": weak}
     return out
 
 
-def suite_commit() -> str | None:
-    """HEAD of the repository holding this suite, or None (not a checkout, no git)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out or None
-
-
-def describe_target(devices: Sequence[Mapping[str, Any]]) -> dict:
-    import torch
-
-    return {
-        "device_kinds": sorted({d["kind"] for d in devices}),
-        "devices": [dict(d) for d in devices],
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "suite_commit": suite_commit(),
-        "platform": platform.platform(),
-    }
+def skip_groups(records: Sequence[OutcomeRecord]) -> list[dict]:
+    """Skipped tests grouped by reason, most frequent first: {reason, count, impls: {impl: count}}."""
+    groups: dict[str, dict] = {}
+    for record in records:
+        if record.outcome != "skip":
+            continue
+        group = groups.setdefault(record.skip_reason or "", {"reason": record.skip_reason or "", "count": 0, "impls": {}})
+        group["count"] += 1
+        group["impls"][record.impl] = group["impls"].get(record.impl, 0) + 1
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["reason"]))
 
 
 @dataclass
 class ConformanceReport:
-    target: dict
     records: list[OutcomeRecord]
     pairs: Mapping[str, Sequence[str]]
     clause_ids: Sequence[str]
@@ -183,107 +226,28 @@ class ConformanceReport:
     stale_expected_failures: list[dict] = field(default_factory=list)
     decision_entries: Mapping[tuple[str, str], list[dict]] = field(default_factory=dict)  # (impl, device) -> table tests
     missing: Sequence[tuple[str, str]] = ()
+    device_reasons: Mapping[str, str] = field(default_factory=dict)  # device -> why it cannot run here, as far as known
 
     def as_json(self) -> dict:
-        matrix, uncovered = build_matrix(self.records, self.pairs, self.clause_ids)
+        """The results part of the report (the recorder adds suite, run, target, implementations and clauses)."""
+        columns = [device for devices in _columns(self.records, self.pairs).values() for device in devices]
+        not_run = devices_not_run(self.records, columns, self.device_reasons)
+        matrix, uncovered = build_matrix(self.records, self.pairs, self.clause_ids, not_run)
         decisions: dict = {}
         for impl, devices in matrix.items():
             for device in devices:
                 entries = [e for (i, d), found in self.decision_entries.items() if i == impl and d in (device, ANY_DEVICE) for e in found]
-                if entries:
+                if entries and device not in not_run:
                     decisions.setdefault(impl, {})[device] = decision_rows.summarize(entries)
         return {
-            "target": self.target,
+            "devices_not_run": [{"device": device, "reason": why} for device, why in sorted(not_run.items())],
             "matrix": matrix,
             "tests": [r.as_json() for r in sorted(self.records, key=lambda r: r.nodeid) if r.outcome],
             "expected_failures": self.expected_failures,
             "stale_expected_failures": self.stale_expected_failures,
             "uncovered": uncovered,
-            "failing": failing_here(self.records, self.pairs),
+            "failing": failing_here(self.records, self.pairs, not_run),
             "decision_table": decisions,
             "not_run": [{"impl": name, "reason": why} for name, why in self.missing],
+            "skips": skip_groups(self.records),
         }
-
-
-MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
-INTERLEAVINGS_KEY = "conformance.interleavings"  # user property a systematic-exploration test sets
-
-
-class MatrixRecorder:
-    """Plugin for the process that sees every report (the xdist controller, or the only process)."""
-
-    def __init__(self, *, adapter_names: Sequence[str], device_ids: Any, expectations: Any,
-                 clause_titles: Mapping[str, str], report_path: str | None, missing: Sequence[tuple[str, str]] = ()) -> None:
-        self.adapter_names = list(adapter_names)
-        self.missing = list(missing)  # (implementation, why it was not run)
-        self.device_ids = device_ids  # called once at the end: device columns of this run
-        self.expectations = expectations
-        self.clause_titles = dict(clause_titles)
-        self.report_path = report_path
-        self.records: dict[str, OutcomeRecord] = {}
-        self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
-        self.decision_entries: dict[tuple[str, str], list[dict]] = {}  # (impl, device) -> decision-table tests
-        self.worker_matched: set[str] = set()
-        self.data: dict | None = None
-        self.written: tuple[Path, Path] | None = None
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        props = read_properties(report.user_properties)
-        if props is None:
-            return
-        record = self.records.get(report.nodeid)
-        if record is None:
-            impl, device, clauses = props
-            record = self.records[report.nodeid] = OutcomeRecord(report.nodeid, impl, device, clauses)
-        record.add(report)
-        if report.when == "call":
-            for pair in report.user_properties:
-                if pair[0] == INTERLEAVINGS_KEY:
-                    self.interleavings[record.impl] = self.interleavings.get(record.impl, 0) + int(pair[1])
-            table = decision_rows.read_rows(report.user_properties)
-            if table is not None:
-                self.decision_entries.setdefault((record.impl, record.device), []).append(table)
-
-    @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.worker_matched.update(getattr(node, "workeroutput", {}).get(MATCHED_KEY, ()))
-
-    def pytest_sessionfinish(self, session: Any) -> None:
-        if not self.records and not self.missing:
-            return
-        from conformance.devices import describe_devices
-
-        devices = list(self.device_ids())
-        rows, stale = self.expectations.report(self.expectations.matched | self.worker_matched)
-        report = ConformanceReport(
-            target=describe_target(describe_devices()),
-            records=list(self.records.values()),
-            pairs={name: devices for name in self.adapter_names},
-            clause_ids=list(self.clause_titles),
-            expected_failures=rows,
-            stale_expected_failures=stale,
-            decision_entries=self.decision_entries,
-            missing=self.missing,
-        )
-        self.data = report.as_json()
-        self.data["interleavings"] = dict(sorted(self.interleavings.items()))
-        if self.report_path:
-            self.written = write_report(self.data, self.report_path, self.clause_titles)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.data is None:
-            return
-        tr = terminalreporter
-        tr.write_sep("=", "conformance matrix (implementation x device x clause)")
-        for line in render_terminal(self.data):
-            tr.write_line(line)
-        if self.data["interleavings"]:
-            explored = ", ".join(f"{impl} {count}" for impl, count in self.data["interleavings"].items())
-            tr.write_line(f"interleavings explored: {explored}")
-        stale = self.data["stale_expected_failures"]
-        if stale:
-            tr.write_sep("-", f"{len(stale)} stale expected failure(s): they match no collected test", yellow=True)
-            for entry in stale:
-                tr.write_line(f"WARNING stale expected failure: {entry['impl']}: {entry['test']} ({entry['reason']})", yellow=True)
-        if self.written:
-            tr.write_line(f"conformance report written: {self.written[0]} and {self.written[1]}")

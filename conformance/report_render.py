@@ -1,23 +1,30 @@
-"""The conformance report as people read it: the terminal summary and the Markdown file (plus writing JSON)."""
+"""The conformance report as people read it: the terminal summary and the Markdown file (plus writing every file)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from conformance.decision_rows import describe_row
 
-LETTERS = {"fail": "F", "fail-other": "f", "pass": "P", "xfail": "x", "skip": "s", "uncovered": "."}
+LETTERS = {"fail": "F", "fail-other": "f", "xfail": "x", "pass": "P", "skip": "s", "not-run": "-", "uncovered": "."}
 MEANINGS = {
     "fail": "failed here (a test failed naming this clause)",
     "fail-other": "a test citing it failed for another clause",
-    "pass": "pass",
     "xfail": "expected failure",
+    "pass": "pass (every citing test that ran passed)",
     "skip": "skip",
+    "not-run": "not run (the device is not here)",
     "uncovered": "uncovered",
 }
+# Terminal markup per status (pytest's TerminalWriter applies it only where colour is on: a TTY, no NO_COLOR).
+MARKUP = {"fail": {"red": True, "bold": True}, "fail-other": {"purple": True}, "xfail": {"yellow": True},
+          "pass": {"green": True}, "skip": {"cyan": True}}
 MAX_ROWS_SHOWN = 8
+
+Colour = Callable[..., str]  # TerminalWriter.markup(text, **markup)
 
 
 def _columns(matrix: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -25,7 +32,7 @@ def _columns(matrix: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _counts(row: Mapping[str, str]) -> str:
-    return ", ".join(f"{sum(1 for s in row.values() if s == status)} {status}" for status in LETTERS)
+    return ", ".join(f"{sum(1 for s in row.values() if s == status)} {status}" for status in LETTERS if status != "not-run")
 
 
 def grouped_rows(rows: list[Mapping[str, Any]]) -> list[str]:
@@ -70,12 +77,22 @@ def _decision_lines(table: Mapping[str, Any] | None) -> list[str]:
     return [f"  {headline}"] + [f"    {row}" for row in rows]
 
 
-def render_terminal(data: Mapping[str, Any]) -> list[str]:
+def _short(nodeids: list[str], limit: int = 4) -> str:
+    return ", ".join(n.split("::")[-1] for n in nodeids[:limit]) + (" ..." if len(nodeids) > limit else "")
+
+
+def _plain(text: str, **markup: bool) -> str:
+    return text
+
+
+def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> list[str]:
     """One row per impl/device, one column per clause (stays narrow as GPUs add rows), then what failed and why."""
+    colour = colour or _plain
     matrix = data["matrix"]
     columns = _columns(matrix)
     if not columns:
         return ["(no implementation under test)"] + [f"not run: {m['impl']}: {m['reason']}" for m in data.get("not_run", [])]
+    not_run = {d["device"]: d["reason"] for d in data.get("devices_not_run", [])}
     clause_ids = list(next(iter(matrix[columns[0][0]].values())).keys())
     labels = [f"{impl}/{device}" for impl, device in columns]
     width = max(len(label) for label in labels)
@@ -84,31 +101,53 @@ def render_terminal(data: Mapping[str, Any]) -> list[str]:
              " " * (width + 2) + "".join(c.ljust(cell) for c in clause_ids).rstrip()]
     for label, (impl, device) in zip(labels, columns):
         row = matrix[impl][device]
-        lines.append(label.ljust(width + 2) + "".join(LETTERS[row[c]].ljust(cell) for c in clause_ids).rstrip())
+        cells = [colour(LETTERS[row[c]], **MARKUP.get(row[c], {})) + " " * (cell - 1) for c in clause_ids]
+        lines.append(label.ljust(width + 2) + "".join(cells).rstrip())
     for label, (impl, device) in zip(labels, columns):
+        if device in not_run:
+            continue
         row = matrix[impl][device]
         failing = [c for c in clause_ids if row[c] == "fail"]
         lines.append(f"{label}: {_counts(row)}" + (f"; failed here: {', '.join(failing)}" if failing else ""))
         found = data.get("failing", {}).get(impl, {}).get(device, {})
         lines += [f"  {found['clauses'][c]}" for c in failing if c in found.get("clauses", {})]
-        unnamed = found.get("naming_no_clause", [])
-        if unnamed:
-            lines.append(f"  {len(unnamed)} failed test(s) named no clause: " + ", ".join(n.split("::")[-1] for n in unnamed[:4])
-                         + (" ..." if len(unnamed) > 4 else ""))
+        if found.get("naming_no_clause"):
+            lines.append(f"  {len(found['naming_no_clause'])} failed test(s) named no clause: {_short(found['naming_no_clause'])}")
+        if found.get("weak"):
+            lines.append(f"  {len(found['weak'])} weak test(s) failed (they cite no clause): {_short(found['weak'])}")
         lines += _decision_lines(data.get("decision_table", {}).get(impl, {}).get(device))
+    for device, reason in not_run.items():
+        lines.append(colour(f"{device}: did not run here ({reason}): its rows are '-', not a pass", yellow=True))
     lines += [f"not run: {m['impl']}: {m['reason']}" for m in data.get("not_run", [])]
+    if data.get("interleavings"):
+        lines.append("interleavings explored: " + ", ".join(f"{impl} {count}" for impl, count in data["interleavings"].items()))
     return lines
 
 
-def render_markdown(data: Mapping[str, Any], titles: Mapping[str, str] | None = None) -> str:
-    titles = titles or {}
-    target = data["target"]
-    out = ["# Conformance report", "", "## Target", ""]
-    out += [f"- torch {target['torch']}, Python {target['python']}, platform {target['platform']}",
-            f"- suite commit: {target['suite_commit'] or 'unknown'}",
-            f"- device kinds: {', '.join(target['device_kinds'])}", "",
-            "| device | kind | model | driver |", "|---|---|---|---|"]
+def _identity_lines(data: Mapping[str, Any]) -> list[str]:
+    suite, run, target = data["suite"], data["run"], data["target"]
+    modified = " (with uncommitted changes)" if suite.get("modified") else ""
+    out = [f"- suite: {suite['name']} {suite['version'] or '(version unknown)'}, commit {suite['commit'] or 'unknown'}{modified}",
+           f"- run: {run['started']} to {run['finished']} ({run['duration_s']:.1f}s): `pytest {shlex.join(run['pytest_args'])}`",
+           f"- torch {target['torch']}, Python {target['python']}, platform {target['platform']}",
+           f"- device kinds: {', '.join(target['device_kinds'])}", "",
+           "| device | kind | model | driver |", "|---|---|---|---|"]
     out += [f"| {d['name']} | {d['kind']} | {d['model']} | {d['driver'] or '-'} |" for d in target["devices"]]
+    out.append("")
+    for device in data.get("devices_not_run", []):
+        out.append(f"**{device['device']} did not run here** ({device['reason']}): its rows read `not-run`, never `pass`.")
+    out += ["", "## Implementations", "", "| name | from | factory | module | distribution | adapter |", "|---|---|---|---|---|---|"]
+    for impl in data["implementations"]:
+        dist = impl["distribution"]
+        source = impl["source"] + (f" {impl['source_value']}" if impl.get("source_value") else "")
+        out.append(f"| {impl['name']} | {source} | `{impl['factory'] or '-'}` | `{impl['module']}` | "
+                   f"{dist['name'] + ' ' + dist['version'] if dist else 'not an installed distribution'} | `{impl['adapter']}` |")
+    return out
+
+
+def render_markdown(data: Mapping[str, Any]) -> str:
+    titles = {cid: clause["title"] for cid, clause in data.get("clauses", {}).items()}
+    out = ["# Conformance report", "", "## Target", ""] + _identity_lines(data)
     out += ["", "## Matrix", "", "Statuses: " + "; ".join(f"`{s}` {MEANINGS[s]}" for s in LETTERS) + ".", ""]
     for impl, devices in data["matrix"].items():
         names = list(devices)
@@ -123,6 +162,8 @@ def render_markdown(data: Mapping[str, Any], titles: Mapping[str, str] | None = 
                 out.append(f"- {device}, failed here, {clause}: {line}")
             for nodeid in found.get("naming_no_clause", []):
                 out.append(f"- {device}, failed naming no clause: `{nodeid}`")
+            for nodeid in found.get("weak", []):
+                out.append(f"- {device}, weak test failed (cites no clause): `{nodeid}`")
             summary = decision_summary(data.get("decision_table", {}).get(impl, {}).get(device))
             if summary is not None:
                 out += [f"- {device}, {summary[0]}"] + [f"  - {row}" for row in summary[1]]
@@ -135,23 +176,31 @@ def render_markdown(data: Mapping[str, Any], titles: Mapping[str, str] | None = 
         out += [f"| {e['impl']} | `{e['test']}` | {e['reason']} | {'yes' if e['matched'] else 'STALE'} |" for e in data["expected_failures"]]
     else:
         out.append("None.")
+    out += ["", "## Skipped", ""]
+    out += [f"- {g['count']} x {g['reason']} ({', '.join(f'{i} {n}' for i, n in g['impls'].items())})" for g in data.get("skips", [])] or ["None."]
     out += ["", "## Uncovered clauses", ""]
     for impl, devices in data["uncovered"].items():
         for device, clauses in devices.items():
             out.append(f"- {impl} / {device}: {', '.join(clauses) if clauses else 'none'}")
+    if data.get("interleavings"):
+        out += ["", "## Systematic exploration", ""] + [f"- {impl}: {n} interleavings" for impl, n in data["interleavings"].items()]
     counts: dict[str, int] = {}
     for test in data["tests"]:
         counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
-    out += ["", "## Tests", "", ", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "none ran", ""]
+    weak = sum(1 for test in data["tests"] if test.get("weak") is not None)
+    out += ["", "## Tests", "", (", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "none ran")
+            + (f" ({weak} weak: they cite no clause)" if weak else ""), ""]
     return "\n".join(out)
 
 
-def write_report(data: Mapping[str, Any], path: str | Path, titles: Mapping[str, str] | None = None) -> tuple[Path, Path]:
-    """PATH.json and PATH.md (parent folders created)."""
+def write_report(data: Mapping[str, Any], path: str | Path) -> tuple[Path, Path, Path]:
+    """PATH.json, PATH.md and PATH.html (parent folders created)."""
+    from conformance.report_html import render_html
+
     base = Path(path)
     base.parent.mkdir(parents=True, exist_ok=True)
-    json_path = base.with_name(base.name + ".json")
-    md_path = base.with_name(base.name + ".md")
-    json_path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    md_path.write_text(render_markdown(data, titles), encoding="utf-8")
-    return json_path, md_path
+    paths = tuple(base.with_name(base.name + suffix) for suffix in (".json", ".md", ".html"))
+    paths[0].write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    paths[1].write_text(render_markdown(data), encoding="utf-8")
+    paths[2].write_text(render_html(data), encoding="utf-8")
+    return paths  # type: ignore[return-value]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.explore import SCENARIOS, Scenario, expected_schedules, explore
+from conformance.report import INTERLEAVINGS_KEY
 
 # Checked on every schedule: invariants (S1-S3, S5, F3), bytes (S5), accounting (F8),
 # IO after terminate changes the schedule count (F1), in-flight slots (F5).
@@ -28,23 +29,11 @@ def _param(scenario: Scenario):
     return pytest.param(scenario, id=scenario.name, marks=pytest.mark.clause(*COMMON_CLAUSES, *POLICY_CLAUSES[scenario.policy]))
 
 
-def _report(request: pytest.FixtureRequest, line: str) -> None:
-    # Under xdist only the controller has a terminal; the count also travels in user_properties.
-    plugins = request.config.pluginmanager
-    reporter = plugins.get_plugin("terminalreporter")
-    capture = plugins.get_plugin("capturemanager")
-    if reporter is None or capture is None or hasattr(request.config, "workerinput"):
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.ensure_newline()
-        reporter.write_line(line)
-
-
 @pytest.mark.parametrize("scenario", [_param(s) for s in SCENARIOS.values()])
 def test_every_interleaving(impl, make_cache, scenario: Scenario, tmp_path, request):
     result = explore(make_cache, scenario, storage_dir=tmp_path / "explored")
-    request.node.user_properties.append(("conformance.interleavings", result.count))
-    _report(request, f"{impl.name} {scenario.name}: explored {result.count} interleavings in {result.elapsed_s:.2f}s")
+    # The matrix summary prints one line of counts per implementation (and the JSON report carries them).
+    request.node.user_properties.append((INTERLEAVINGS_KEY, result.count))
     want = expected_schedules(scenario, result.extra_pools)
     assert result.count == want, (
         f"explored {result.count} schedules; the spec's state machine with {scenario.kv_batches} KV batches and "

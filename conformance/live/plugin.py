@@ -1,4 +1,4 @@
-"""The --sglang-live option: registration and the adapters it adds (one place, easy to move into a pytest plugin)."""
+"""The --sglang-live option (registered by conformance/plugin.py): the trees it names and the adapters it adds."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ from conformance.live import runtime as live_runtime
 from conformance.live.adapter import LiveAdapter, adapters_for
 from conformance.live.tree import OPTION, SglangTree, locate
 from spec.errors import ConfigError
-
-
-def addoption(group: Any) -> None:
-    group.addoption(OPTION, action="append", default=[], metavar="PATH[@LABEL]",
-                    help="also run SGLang's own cache classes, built on CPU from the SGLang tree at PATH "
-                         "(a checkout, an unpacked wheel or a site-packages; environment: bash .ci/sglang-live-env VENV)")
 
 
 def live_trees(values: list[str]) -> list[SglangTree]:

@@ -16,7 +16,8 @@ from conformance.capabilities import UnknownCapability, require
 from conformance.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
 from conformance.loader import check_adapter
 from conformance.failures import named_clauses
-from conformance.report import OutcomeRecord, build_matrix, clause_status, failing_here, item_properties, read_properties
+from conformance.report import (OutcomeRecord, build_matrix, clause_status, devices_not_run, failing_here, item_properties,
+                                read_properties, skip_groups)
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -189,7 +190,8 @@ def test_shipped_files_parse():
 def test_clause_status_precedence():
     assert clause_status(["pass", "skip", "fail-other", "fail", "xfail"]) == "fail"
     assert clause_status(["pass", "skip", "fail-other", "xfail"]) == "fail-other"
-    assert clause_status(["skip", "xfail", "pass"]) == "pass"
+    assert clause_status(["skip", "xfail", "pass"]) == "xfail"  # pass only if every citing test that ran passed
+    assert clause_status(["skip", "pass", "pass"]) == "pass"  # a skipped test did not run
     assert clause_status(["skip", "xfail"]) == "xfail"
     assert clause_status(["skip"]) == "skip"
     assert clause_status([]) == "uncovered"
@@ -221,7 +223,44 @@ def test_a_failure_fails_what_it_names_and_only_marks_what_it_cites():
     matrix, _ = build_matrix(records, {"a": ["cpu"]}, ["D5", "S1", "X1", "F8"])
     assert matrix["a"]["cpu"] == {"D5": "fail", "S1": "fail-other", "X1": "fail-other", "F8": "fail-other"}
     failing = failing_here(records, {"a": ["cpu"]})["a"]["cpu"]
-    assert failing == {"clauses": {"D5": "D5: voted no"}, "naming_no_clause": ["t3"]}
+    assert failing == {"clauses": {"D5": "D5: voted no"}, "naming_no_clause": ["t3"], "weak": []}
+
+
+def test_weak_tests_colour_no_cell_and_fail_apart():
+    records = [
+        OutcomeRecord("t1", "a", "cpu", [], "fail", {"S1": "S1: said by a weak test"}, weak="plumbing"),
+        OutcomeRecord("t2", "a", "cpu", ["S1"], "skip"),
+    ]
+    matrix, _ = build_matrix(records, {"a": ["cpu"]}, ["S1"])
+    assert matrix["a"]["cpu"] == {"S1": "skip"}
+    assert failing_here(records, {"a": ["cpu"]})["a"]["cpu"] == {"clauses": {}, "naming_no_clause": [], "weak": ["t1"]}
+
+
+def test_a_gpu_column_no_test_ran_on_is_not_run_never_pass():
+    no_gpu = "no CUDA device visible"
+    records = [
+        OutcomeRecord("t1", "a", "cpu", ["S1"], "pass"),
+        OutcomeRecord("t2", "a", "cuda", ["S1"], "skip", device_not_run=no_gpu),
+        OutcomeRecord("t3", "a", "any", ["C1"], "pass"),  # device-free: counts only where the device ran
+        OutcomeRecord("t4", "a", "cuda:1", ["S1"], "skip", skip_reason="capability"),  # the device ran; the test skipped
+    ]
+    columns = ["cpu", "cuda", "cuda:1", "cuda:2"]
+    not_run = devices_not_run(records, columns, {"cuda:2": "hidden"})
+    assert not_run == {"cuda": no_gpu, "cuda:2": "hidden"}
+    assert devices_not_run(records[:1], ["cpu", "cuda"]) == {"cuda": "no test ran on this device in this run"}
+    matrix, uncovered = build_matrix(records, {"a": columns}, ["C1", "S1", "S2"], not_run)
+    assert matrix["a"] == {"cpu": {"C1": "pass", "S1": "pass", "S2": "uncovered"},
+                           "cuda": {"C1": "not-run", "S1": "not-run", "S2": "uncovered"},
+                           "cuda:1": {"C1": "pass", "S1": "skip", "S2": "uncovered"},
+                           "cuda:2": {"C1": "not-run", "S1": "uncovered", "S2": "uncovered"}}
+    assert uncovered["a"]["cuda"] == ["S2"]
+
+
+def test_skips_are_grouped_by_reason():
+    records = [OutcomeRecord(f"t{i}", impl, "cpu", ["S1"], "skip", skip_reason=why)
+               for i, (impl, why) in enumerate([("a", "no mamba"), ("b", "no mamba"), ("a", "no mamba"), ("a", "no gpu")])]
+    assert skip_groups([*records, OutcomeRecord("p", "a", "cpu", ["S1"], "pass")]) == [
+        {"reason": "no mamba", "count": 3, "impls": {"a": 2, "b": 1}}, {"reason": "no gpu", "count": 1, "impls": {"a": 1}}]
 
 
 @pytest.mark.parametrize("message, named", [
@@ -281,10 +320,10 @@ def test_adapters_md_example_is_a_working_adapter(tmp_path):
 def test_matrix_recorder_sums_explored_interleavings_per_implementation():
     from _pytest.reports import TestReport
 
-    from conformance.report import INTERLEAVINGS_KEY, MatrixRecorder, item_properties
+    from conformance.recorder import MatrixRecorder
+    from conformance.report import INTERLEAVINGS_KEY, item_properties
 
-    recorder = MatrixRecorder(adapter_names=["a", "b"], device_ids=lambda: ["cpu"], expectations=None,
-                              clause_titles={"S1": "x"}, report_path=None)
+    recorder = MatrixRecorder(harness=None)
 
     def report(nodeid, impl, count, when="call"):
         props = [*item_properties(impl, "cpu", ["S1"]), (INTERLEAVINGS_KEY, count)]

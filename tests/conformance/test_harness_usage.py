@@ -7,22 +7,19 @@ on stderr, never a traceback.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 # Imported here so that pytester's in-process runs find them already loaded:
 # it drops modules first imported during a run, and torch cannot be imported twice.
 import caches.adapters  # noqa: F401
-import conformance.conftest  # noqa: F401
+import conformance.fixtures  # noqa: F401
+import conformance.identity  # noqa: F401
+import conformance.live.plugin  # noqa: F401
+import conformance.recorder  # noqa: F401
+import conformance.report_html  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 300
 USAGE_ERROR = 4
 
 ADAPTERS = '''
@@ -73,6 +70,25 @@ def test_cites_nonsense():
     pass
 '''
 
+WEAK_WITHOUT_REASON = '''
+import pytest
+
+
+@pytest.mark.weak()
+def test_weak_without_a_reason(impl):
+    pass
+'''
+
+WEAK_YET_CITING = '''
+import pytest
+
+
+@pytest.mark.weak("builds a cache")
+@pytest.mark.clause("S1")
+def test_weak_yet_citing(impl):
+    pass
+'''
+
 PIN_PROBE = '''
 import os
 from pathlib import Path
@@ -88,21 +104,11 @@ def test_probe_collected():
 '''
 
 
-def run_pytest(workdir: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """A real pytest process (for xdist runs)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    # This checkout's packages, not an installed copy of them (the run's directory is elsewhere).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env.update(env_extra or {})
-    command = [sys.executable, "-m", "pytest", "-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-
-
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeini("[pytest]\n")
-    pytester.makepyfile(adapters_under_test=ADAPTERS, test_suite=SUITE, test_no_clause=NO_CLAUSE, test_unknown_clause=UNKNOWN_CLAUSE)
+    pytester.makepyfile(adapters_under_test=ADAPTERS, test_suite=SUITE, test_no_clause=NO_CLAUSE, test_unknown_clause=UNKNOWN_CLAUSE,
+                        test_weak_without_reason=WEAK_WITHOUT_REASON, test_weak_yet_citing=WEAK_YET_CITING)
     pytester.makefile(".toml", no_reason='[[xfail]]\ntest = "test_cites"\n')
     pytester.syspathinsert()
     return pytester
@@ -110,7 +116,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def run_in_process(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     # In-process keeps these runs fast; the module snapshot pytester takes undoes the imports.
-    return pytester.runpytest_inprocess("-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args)
+    return pytester.runpytest_inprocess("-p", "conformance.plugin", "-p", "conformance.fixtures", "-p", "no:cacheprovider", "-p", "no:benchmark", *args)
 
 
 def assert_one_line_usage_error(result: pytest.RunResult, *fragments: str) -> str:
@@ -157,6 +163,15 @@ def test_missing_or_unknown_clause_fails_collection(suite):
     result.assert_outcomes(errors=2)
 
 
+def test_a_weak_test_needs_a_reason_and_cites_nothing(suite):
+    result = run_in_process(suite, "--cache-impl", "adapters_under_test:good", "test_weak_without_reason.py", "test_weak_yet_citing.py", "-q")
+    output = "\n".join(result.outlines)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, output
+    result.assert_outcomes(errors=2)
+    assert "test_weak_without_a_reason[hiradix]: @pytest.mark.weak needs a reason" in output, output
+    assert "test_weak_yet_citing[hiradix]: is marked weak, so it cites no clause, yet has @pytest.mark.clause(...)" in output, output
+
+
 def test_gpu_params_carry_the_gpu_marker(suite):
     from conformance.devices import device_params, visible_gpu_count
 
@@ -166,7 +181,7 @@ def test_gpu_params_carry_the_gpu_marker(suite):
     assert collected == [f"test_suite.py::test_cites[hiradix-{gpu}]" for gpu in gpu_ids], result.outlines
 
 
-def test_under_xdist_clause_errors_fail_collection_and_workers_pin_gpus(tmp_path):
+def test_under_xdist_clause_errors_fail_collection_and_workers_pin_gpus(subprocess_pytest, tmp_path):
     """One -n 2 run: workers report the clause errors as collection errors (no internal error),
     and each worker kept one entry of the caller's CUDA_VISIBLE_DEVICES (index modulo length)."""
     workdir = tmp_path / "suite"
@@ -176,7 +191,7 @@ def test_under_xdist_clause_errors_fail_collection_and_workers_pin_gpus(tmp_path
                        "test_unknown_clause.py": UNKNOWN_CLAUSE, "test_pin_probe.py": PIN_PROBE}.items():
         (workdir / name).write_text(text)
     out = tmp_path / "pinned"
-    result = run_pytest(workdir, "--cache-impl", "adapters_under_test:good", "-n", "2", "-q", "--continue-on-collection-errors",
+    result = subprocess_pytest.run(workdir, "--cache-impl", "adapters_under_test:good", "-n", "2", "-q", "--continue-on-collection-errors",
                         env_extra={"CUDA_VISIBLE_DEVICES": "GPU-aaaa,GPU-bbbb", "PIN_OUT": str(out)})
     assert result.returncode == 1, result.stdout + result.stderr
     assert_clause_collection_errors(result.stdout)

@@ -8,15 +8,12 @@ teardown error naming it. The same suite against the unmodified cache passes.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 
 ADAPTERS = '''
 from caches.adapters import hiradix
@@ -68,13 +65,8 @@ def test_roundtrip(make_cache):
 '''
 
 
-def run(workdir: Path, factory: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), str(REPO), os.environ.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "pytest", "-p", "conformance.conftest", "-p", "no:cacheprovider", "-p", "no:benchmark",
-               "--cache-impl", f"synthetic_adapters:{factory}", "-q", "-k", "cpu", "test_synthetic.py"]
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+def run(subprocess_pytest, workdir: Path, factory: str) -> subprocess.CompletedProcess:
+    return subprocess_pytest.run(workdir, "--cache-impl", f"synthetic_adapters:{factory}", "-q", "-k", "cpu", "test_synthetic.py")
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +78,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_teardown_fails_naming_the_background_error(workdir):
-    result = run(workdir, "reporting")
+def test_teardown_fails_naming_the_background_error(subprocess_pytest, workdir):
+    result = run(subprocess_pytest, workdir, "reporting")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert re.search(r"1 passed.* 1 error", out) and "ERROR at teardown of test_roundtrip[reporting-cpu]" in out, out
     assert "background" in out and "KeyError: 'planted'" in out, out
 
 
-def test_teardown_passes_without_background_errors(workdir):
-    result = run(workdir, "quiet")
+def test_teardown_passes_without_background_errors(subprocess_pytest, workdir):
+    result = run(subprocess_pytest, workdir, "quiet")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -8,7 +8,6 @@ way a user meets it.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tarfile
 import venv
 import zipfile
@@ -18,11 +17,9 @@ import pytest
 
 pytestmark = pytest.mark.slow  # builds distributions and a virtual environment
 
-REPO = Path(__file__).resolve().parents[2]
-
 DATA_FILES = [
     "spec/SPEC.md", "spec/py.typed", "caches/py.typed", "lint/py.typed", "lint/README.md",
-    "conformance/py.typed", "conformance/ADAPTERS.md",
+    "conformance/py.typed", "conformance/ADAPTERS.md", "conformance/report.schema.json", "conformance/conftest.py",
     "conformance/expected_failures/hiradix.toml", "conformance/expected_failures/unified_radix.toml",
     "conformance/expected_failures/hi_mamba_radix.toml",
 ]
@@ -30,18 +27,6 @@ DATA_FILES = [
 
 def run(*command: str | Path, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("dist")
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out, REPO)
-    assert built.returncode == 0, built.stdout + built.stderr
-    sdist = run(sys.executable, "-c", "from setuptools import build_meta as b; import sys; print(b.build_sdist(sys.argv[1]))", out, cwd=REPO)
-    assert sdist.returncode == 0, sdist.stdout + sdist.stderr
-    (wheel,) = out.glob("*.whl")
-    (archive,) = out.glob("*.tar.gz")
-    return {"wheel": wheel, "sdist": archive}
 
 
 def test_wheel_carries_every_data_file_and_the_license(dists):

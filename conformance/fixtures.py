@@ -1,0 +1,179 @@
+"""What conformance tests are written against: their fixtures, parametrization and clause markers.
+
+conformance/conftest.py applies this module to the package's own tests, and
+pytest scopes a conftest's fixtures and hooks to its folder, so a test
+elsewhere keeps its own `impl`, `device` or `clock`. A project writing its own
+conformance tests loads it for its tests with `pytest_plugins =
+["conformance.fixtures"]` in its root conftest.py (which also asks the plugin
+to run the suite).
+
+Every test that requests `impl` runs once per adapter, and, if it requests
+`device`, once per device (ids like [hiradix-cpu-<own params>]): CPU, then
+one cuda:N per visible GPU, or under xdist a single "cuda" run on the GPU each
+worker pinned (conformance/devices.py). Such a test names the spec clauses it
+checks with @pytest.mark.clause("S1", "F3"); a test that checks no rule of an
+implementation (a control, plumbing) says so with @pytest.mark.weak("why")
+instead and cites nothing, so it cannot paint a clause. A test with neither,
+with both, or citing an unknown clause fails collection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance import devices
+from conformance.adapter import CacheEnv
+from conformance.capabilities import require
+from conformance.failures import PROP_FAILED, failure_properties
+from conformance.gates import Gate
+from conformance.plugin import harness_of
+from conformance.report import PROP_DEVICE_NOT_RUN
+from spec.clauses import CATALOGUE
+from spec.clock import ManualClock
+from spec.config import TerminationConfig
+from spec.trace import TraceRecorder
+
+__all__ = [
+    "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
+    "device", "require_fixture", "clock", "trace", "gate", "make_cache",
+]
+
+_PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
+    config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
+    if not any(line.startswith("gpu:") for line in config.getini("markers")):
+        config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where none is visible")
+
+
+def _clause_problems(item: pytest.Item) -> list[str]:
+    problems = []
+    for marker in item.iter_markers("clause"):
+        unknown = [c for c in marker.args if c not in CATALOGUE]
+        if unknown or not marker.args:
+            problems.append(f"{item.name}: @pytest.mark.clause names unknown clauses {unknown or '(none)'}")
+    if "impl" not in getattr(item, "fixturenames", ()):
+        return problems
+    cites = any(True for _ in item.iter_markers("clause"))
+    weak = item.get_closest_marker("weak")
+    if weak is not None and cites:
+        problems.append(f"{item.name}: is marked weak, so it cites no clause, yet has @pytest.mark.clause(...)")
+    elif weak is not None and not (weak.args and str(weak.args[0]).strip()):
+        problems.append(f"{item.name}: @pytest.mark.weak needs a reason (what it checks, and why that is no rule)")
+    elif weak is None and not cites:
+        problems.append(f"{item.name}: runs against an implementation but has no @pytest.mark.clause(...) (or @pytest.mark.weak(reason))")
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
+    """Fail collection (also under xdist) for a test citing unknown clauses, or an impl test citing none and not weak."""
+    result = yield
+    items = result if isinstance(result, list) else [result] if isinstance(result, pytest.Item) else []
+    problems = list(dict.fromkeys(p for item in items if isinstance(item, pytest.Item) for p in _clause_problems(item)))
+    if problems:
+        raise collector.CollectError(
+            "conformance tests must cite spec clauses: " + "; ".join(problems) + f" (known clauses: {', '.join(CATALOGUE)})")
+    return result
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "impl" not in metafunc.fixturenames or metafunc.definition.stash.get(_PARAMETRIZED, False):
+        return
+    metafunc.definition.stash[_PARAMETRIZED] = True
+    harness = harness_of(metafunc.config)
+    metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
+    if "device" in metafunc.fixturenames:
+        params = []
+        for param in harness.device_params():
+            marks = [pytest.mark.gpu] if param.is_gpu else []
+            if param.skip_reason:
+                marks.append(pytest.mark.skip(reason=param.skip_reason))
+            params.append(pytest.param(param.id, id=param.id, marks=marks))
+        metafunc.parametrize("device", params, indirect=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed phase's report carries the clauses its failure names (conformance/failures.py), for the matrix."""
+    report = yield
+    if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
+        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
+    return report
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest) -> str:
+    """The torch device string: "cpu", "cuda:N", or (under xdist) "cuda:0", the worker's pinned GPU."""
+    param = request.param
+    if param != devices.CPU and devices.visible_gpu_count() == 0:
+        reason = devices.no_gpu_reason()
+        request.node.user_properties.append((PROP_DEVICE_NOT_RUN, reason))
+        pytest.skip(reason)
+    return devices.torch_device(param)
+
+
+@pytest.fixture(name="require")
+def require_fixture():
+    """require(impl, "pool:mamba", ...): skip unless the adapter declares those capabilities."""
+    return require
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1000.0)
+
+
+@pytest.fixture
+def trace(clock: ManualClock) -> TraceRecorder:
+    return TraceRecorder(clock)
+
+
+@pytest.fixture
+def gate(trace: TraceRecorder):
+    g = Gate(trace)
+    yield g
+    g.close()
+
+
+@pytest.fixture
+def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
+    """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest.
+
+    Every instance is closed at teardown, must leave no thread behind and, when
+    it reports them (`background_errors()`), no unexpected background error.
+    """
+    sessions = []
+
+    def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields):
+        termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
+        extra = env_fields.pop("extra_pools", impl.default_extra_pools)
+        env = CacheEnv(
+            device=device,
+            termination=termination,
+            storage_dir=storage_dir or tmp_path / "storage",
+            clock=env_fields.pop("clock", clock),
+            trace=env_fields.pop("trace", trace),
+            extra_pools=tuple(extra),
+            **env_fields,
+        )
+        session = impl.create(env)
+        sessions.append(session)
+        return session
+
+    yield make
+    gate.release_all()  # a parked thread would keep close() from finishing
+    leftovers, background = [], []
+    for session in sessions:
+        session.close()
+        leftovers += [t.name for t in session.threads() if t.is_alive()]
+        report = getattr(session, "background_errors", None)  # optional member of the protocol
+        if callable(report):
+            background += [str(error) for error in report()]
+    assert not leftovers, f"threads still running after close(): {leftovers}"
+    assert not background, f"unexpected exceptions on background threads (bugs, not storage faults): {background}"

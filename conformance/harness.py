@@ -1,0 +1,131 @@
+"""What one pytest process decides when it runs the suite: adapters, devices, expected failures.
+
+Built by the plugin (conformance/plugin.py) at configure time, once per
+process (each xdist worker builds its own; nothing is shared). Loading an
+adapter imports the implementation (and torch), which is why nothing here is
+imported until a session runs the suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from conformance import devices
+from conformance.expectations import Expectations, collect as collect_expected_failures
+from conformance.loader import Origin, load_adapters, load_checkout_adapters
+from conformance.report import PROP_DEVICE_NOT_RUN, PROP_WEAK, item_properties
+from spec.errors import ConfigError
+
+MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
+
+
+@dataclass
+class Harness:
+    adapters: list
+    origins: list[Origin]  # one per adapter, same order
+    expectations: Expectations
+    distributed: bool  # xdist worker or controller: one "cuda" param
+    missing: list = field(default_factory=list)  # (implementation, why not run): classes a --sglang checkout lacks
+    _device_params: list[devices.DeviceParam] | None = field(default=None, repr=False)
+
+    def device_params(self) -> list[devices.DeviceParam]:
+        if self._device_params is None:  # first use is after pinning: CUDA may initialize now
+            self._device_params = devices.device_params(self.distributed, devices.visible_gpu_count())
+        return self._device_params
+
+    def device_ids(self) -> list[str]:
+        if self.distributed:  # the controller need not initialize CUDA to know the columns
+            return [devices.CPU, devices.CUDA]
+        return [param.id for param in self.device_params()]
+
+    def is_adapter(self, value: Any) -> bool:
+        return any(value is adapter for adapter in self.adapters)
+
+    def header_lines(self, config: pytest.Config) -> list[str]:
+        from conformance.live import plugin as live_plugin
+
+        where = "one GPU per xdist worker" if self.distributed else "every visible GPU in this process"
+        lines = [f"conformance: implementations {', '.join(a.name for a in self.adapters)}; "
+                 f"devices {', '.join(self.device_ids())} ({where}); {len(self.expectations.entries)} expected failure(s)"]
+        return lines + [f"conformance: {name} not run: {why}" for name, why in self.missing] + live_plugin.report_lines(config)
+
+    def mark_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Each conformance test carries its impl, device, clauses (or weak) for the matrix; listed ones become strict xfails."""
+        unavailable = {param.id: param.skip_reason for param in self.device_params() if param.skip_reason}
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            adapter = callspec.params.get("impl") if callspec is not None else None
+            if not self.is_adapter(adapter):
+                continue  # not one of the suite's tests: someone else's parameter named impl
+            clauses = clause_ids(item)
+            device = callspec.params.get("device", devices.ANY_DEVICE)
+            item.user_properties.extend(item_properties(adapter.name, device, clauses))
+            weak = item.get_closest_marker("weak")
+            if weak is not None:
+                item.user_properties.append((PROP_WEAK, str(weak.args[0]) if weak.args else ""))
+            if device in unavailable:
+                item.user_properties.append((PROP_DEVICE_NOT_RUN, unavailable[device]))
+            entry = self.expectations.find(adapter.name, getattr(item, "originalname", item.name), item.name, clauses)
+            if entry is not None:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=f"expected failure of {adapter.name} ({entry.source}): {entry.reason}"))
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[MATCHED_KEY] = sorted(self.expectations.matched)
+
+
+def clause_ids(item: pytest.Item) -> list[str]:
+    ids: list[str] = []
+    for marker in item.iter_markers("clause"):
+        ids += [c for c in marker.args if c not in ids]
+    return ids
+
+
+def _distributing(config: pytest.Config) -> bool:
+    return config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+def build_harness(config: pytest.Config) -> Harness:
+    """Every adapter of this run, or one pytest.UsageError line saying which one is wrong and why."""
+    from conformance.live import plugin as live_plugin
+
+    specs = config.getoption("--cache-impl")
+    try:
+        live_values = config.getoption("--sglang-live")
+        live = [(adapter, Origin("--sglang-live", None, live_values[0])) for adapter in live_plugin.live_adapters(config)]
+        loaded = load_adapters(specs, extra=live)
+    except Exception as exc:  # a bad adapter is a usage error, whatever the factory raised
+        prefix = "" if isinstance(exc, ConfigError) else f"loading adapters {specs or '(entry points)'} failed: "
+        raise pytest.UsageError(prefix + one_line(exc)) from None
+    missing = _add_checkout_adapters(config, loaded)
+    adapters = [adapter for adapter, _ in loaded]
+    try:
+        entries = collect_expected_failures(adapters, config.getoption("--expected-failures"))
+    except ConfigError as exc:
+        raise pytest.UsageError(one_line(exc)) from None
+    distributed = getattr(config, "workerinput", None) is not None or _distributing(config)
+    return Harness(adapters, [origin for _, origin in loaded], Expectations(entries), distributed, missing)
+
+
+def _add_checkout_adapters(config: pytest.Config, loaded: list[tuple[Any, Origin]]) -> list[tuple[str, str]]:
+    """--sglang PATH: append the checkout's adapters; returns the classes it lacks, with why."""
+    path = config.getoption("--sglang")
+    if path is None:
+        return []
+    shim = config.getoption("--sglang-shim")
+    try:
+        found, missing = load_checkout_adapters("sglang", path, shim)
+    except Exception as exc:  # the factory's own error, on one line
+        raise pytest.UsageError(f"--sglang {path}: " + one_line(exc)) from None
+    clash = sorted({a.name for a in found} & {a.name for a, _ in loaded})
+    if clash:
+        raise pytest.UsageError(f"--sglang {path}: adapter names {clash} are already taken")
+    loaded += [(adapter, Origin("--sglang", shim, path)) for adapter in found]
+    return missing

@@ -1,0 +1,145 @@
+"""The plugin object of the process that sees every test report: it builds, writes and prints the report.
+
+Registered by conformance/plugin.py in the xdist controller (or the only
+process) of a session that runs the suite. It collects one OutcomeRecord per
+conformance test, the exploration counts and the decision-table rows, and at
+the end of the session assembles the report (conformance/report.py for the
+matrix, conformance/identity.py for what was tested where), writes PATH.json,
+PATH.md and PATH.html with --conformance-report PATH, and prints the matrix.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import decision_rows
+from conformance.harness import MATCHED_KEY
+from conformance.report import INTERLEAVINGS_KEY, SCHEMA_VERSION, ConformanceReport, OutcomeRecord, read_properties
+from conformance.report_render import render_terminal, write_report
+
+RECORDER_NAME = "conformance-matrix"
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
+def clause_texts() -> dict:
+    """Every clause of the catalogue, as the report carries it (the HTML page links failing cells to these)."""
+    from spec.clauses import CATALOGUE, GROUPS
+
+    return {cid: {"title": c.title, "group": GROUPS.get(cid[0], c.group), "statement": c.statement, "rationale": c.rationale,
+                  "stance": c.stance.value, "upstream": c.upstream, "evidence": list(c.evidence)}
+            for cid, c in CATALOGUE.items()}
+
+
+class MatrixRecorder:
+    def __init__(self, harness: Any, config: pytest.Config | None = None, *, report_path: str | None = None,
+                 started: float | None = None) -> None:
+        self.harness = harness
+        self.config = config
+        self.report_path = report_path if config is None else config.getoption("--conformance-report")
+        self.started = time.time() if started is None else started
+        self.records: dict[str, OutcomeRecord] = {}
+        self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
+        self.decision_entries: dict[tuple[str, str], list[dict]] = {}  # (impl, device) -> decision-table tests
+        self.worker_matched: set[str] = set()
+        self.data: dict | None = None
+        self.written: tuple[Path, ...] = ()
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        props = read_properties(report.user_properties)
+        if props is None:
+            return
+        record = self.records.get(report.nodeid)
+        if record is None:
+            impl, device, clauses = props
+            record = self.records[report.nodeid] = OutcomeRecord(report.nodeid, impl, device, clauses)
+        record.add(report)
+        if report.when == "call":
+            for pair in report.user_properties:
+                if pair[0] == INTERLEAVINGS_KEY:
+                    self.interleavings[record.impl] = self.interleavings.get(record.impl, 0) + int(pair[1])
+            table = decision_rows.read_rows(report.user_properties)
+            if table is not None:
+                self.decision_entries.setdefault((record.impl, record.device), []).append(table)
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.worker_matched.update(getattr(node, "workeroutput", {}).get(MATCHED_KEY, ()))
+
+    def _device_reasons(self) -> dict[str, str]:
+        """Why GPU columns cannot run, as this process knows it (it sees what its xdist workers pin from)."""
+        from conformance import devices
+
+        if devices.visible_gpu_count() == 0:
+            reason = devices.no_gpu_reason()
+            return {device: reason for device in self.harness.device_ids() if device != devices.CPU}
+        return {}
+
+    def build(self) -> dict:
+        from conformance.devices import describe_devices
+        from conformance.identity import describe_target, implementation_identity, suite_identity
+
+        harness = self.harness
+        devices = list(harness.device_ids())
+        rows, stale = harness.expectations.report(harness.expectations.matched | self.worker_matched)
+        results = ConformanceReport(
+            records=list(self.records.values()),
+            pairs={adapter.name: devices for adapter in harness.adapters},
+            clause_ids=list(clause_texts()),
+            expected_failures=rows,
+            stale_expected_failures=stale,
+            decision_entries=self.decision_entries,
+            missing=harness.missing,
+            device_reasons=self._device_reasons(),
+        ).as_json()
+        finished = time.time()
+        invocation = self.config.invocation_params if self.config is not None else None
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "suite": suite_identity(),
+            "run": {"started": _iso(self.started), "finished": _iso(finished), "duration_s": round(finished - self.started, 3),
+                    "pytest_args": list(invocation.args) if invocation else [],
+                    "directory": str(invocation.dir) if invocation else None,
+                    "xdist_workers": self._workers()},
+            "target": describe_target(describe_devices()),
+            "implementations": [implementation_identity(a, o) for a, o in zip(harness.adapters, harness.origins)],
+            **results,
+            "interleavings": dict(sorted(self.interleavings.items())),
+            "clauses": clause_texts(),
+        }
+
+    def _workers(self) -> int | None:
+        if self.config is None or self.config.getoption("dist", "no") == "no":
+            return None
+        count = self.config.getoption("numprocesses", None)
+        return count if isinstance(count, int) else None
+
+    def pytest_sessionfinish(self, session: Any) -> None:
+        if not self.records and not self.harness.missing:
+            return
+        self.data = self.build()
+        if self.report_path:
+            self.written = write_report(self.data, self.report_path)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.data is None:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "conformance matrix (implementation x device x clause)")
+        writer = self.config.get_terminal_writer() if self.config is not None else None
+        for line in render_terminal(self.data, colour=writer.markup if writer is not None else None):
+            tr.write_line(line)
+        stale = self.data["stale_expected_failures"]
+        if stale:
+            tr.write_sep("-", f"{len(stale)} stale expected failure(s): they match no collected test", yellow=True)
+            for entry in stale:
+                tr.write_line(f"WARNING stale expected failure: {entry['impl']}: {entry['test']} ({entry['reason']})", yellow=True)
+        if self.written:
+            tr.write_line("conformance report written: " + ", ".join(str(p) for p in self.written))
