@@ -186,7 +186,7 @@ class Taps:
             def wrapper(request_id: Any, *args: Any, **kwargs: Any) -> Any:
                 self.trace.record(EventKind.REVOKE, op=request_id, value="hit too short")
                 result = original(request_id, *args, **kwargs)
-                self._io_finished(request_id)
+                self.ctx.finishing = request_id  # the prefetch thread releases its slots next: that ends its IO
                 return result
             return wrapper
 
