@@ -325,7 +325,9 @@ class WatchedTrace(TraceRecorder):
         return any(e.kind is kind and (op is None or e.op == op) for e in self.events())
 
     def wait_for_event(self, kind: EventKind, op: str | None, timeout_s: float) -> None:
-        self.wait_until(lambda: self.has(kind, op), timeout_s, f"{kind.value} of {op}")
+        # An operation whose IO never ends breaks L4 (every transfer ends within a bound).
+        what = f"L4: {kind.value} of {op}" if kind is EventKind.IO_DONE else f"{kind.value} of {op}"
+        self.wait_until(lambda: self.has(kind, op), timeout_s, what)
 
 
 class ObservedGate(Gate):

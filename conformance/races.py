@@ -109,9 +109,10 @@ def stored_request(cache, *, seed: int, pages: int, page_size: int) -> tuple[lis
     return tokens, data
 
 
-def pool_files(storage_dir: Path, pool: str) -> set[Path]:
-    """Stored pages of an extra pool: files whose name ends with '.<pool>'."""
-    return {p for p in Path(storage_dir).rglob(f"*.{pool}") if p.is_file()}
+def pool_files(storage_dir: Path, pool: str, trace: TraceRecorder | None = None) -> set[Path]:
+    """Stored pages of an extra pool: files whose name ends with '.<pool>', or with a key the trace's page writes name for it."""
+    keys = {k for e in trace.events() if e.kind is EventKind.PAGE_WRITE and e.pool == pool for k in e.keys} if trace is not None else set()
+    return {p for p in Path(storage_dir).rglob("*") if p.is_file() and (p.name.endswith(f".{pool}") or any(p.name.endswith(k) for k in keys))}
 
 
 def remove_files(paths: Iterable[Path]) -> int:

@@ -13,7 +13,7 @@ import torch
 
 from spec.config import TerminationConfig
 from spec.invariants import Violation, check
-from spec.trace import Trace
+from spec.trace import Event, EventKind, Trace, TraceRecorder
 
 
 def request_tokens(seed: int, count: int, *, vocab: int = 50_000) -> list[int]:
@@ -40,8 +40,13 @@ def store(cache, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> Non
     cache.evict_all()
 
 
-def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50) -> dict[str, int]:
-    """Scheduler steps over the same agreed id list until every id finished (bounded)."""
+def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50, trace: TraceRecorder | None = None) -> dict[str, int]:
+    """Scheduler steps over the same agreed id list until every id finished (bounded).
+
+    With the trace, a prefetch that does not finish is reported under the
+    rule it broke: L4 while one of its transfers never ended, L1 once all its
+    IO had ended.
+    """
     finished: dict[str, int] = {}
     pending = list(request_ids)
     for _ in range(max_steps):
@@ -50,7 +55,22 @@ def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50) -> dict[str
         done = cache.check_progress(pending)
         finished.update(done)
         pending = [r for r in pending if r not in done]
-    raise AssertionError(f"prefetches {pending} did not finish within {max_steps} scheduler steps")
+    if not pending:
+        return finished
+    why = "\n".join(unfinished_because(trace.events(), op, max_steps) for op in pending) if trace is not None else ""
+    raise AssertionError(f"prefetches {pending} did not finish within {max_steps} scheduler steps" + (f":\n{why}" if why else ""))
+
+
+def unfinished_because(events: Sequence[Event], op: str, steps: int) -> str:
+    """Why a prefetch still waits after `steps` checks, from the trace: which transfer never ended, or that all did."""
+    ended = {e.io for e in events if e.kind is EventKind.IO_END and e.op == op}
+    for e in events:
+        if e.kind is EventKind.IO_START and e.op == op and e.io not in ended:
+            return f"L4: {op}: IO {e.io} ({e.pool} {e.value}, #{e.seq}) started and never ended; the prefetch waits on it"
+    done = next((e for e in events if e.kind is EventKind.IO_DONE and e.op == op), None)
+    if done is None:
+        return f"L4: {op}: its IO never ended (no io_done: the implementation neither finished nor failed it)"
+    return f"L1: {op}: all its IO had ended (#{done.seq} io_done), yet {steps} checks did not terminate it"
 
 
 def assert_loaded_bytes(cache, loaded, data: Mapping[str, torch.Tensor], full_tokens: int) -> None:

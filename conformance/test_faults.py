@@ -151,7 +151,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
     rig.gate.fail(f"storage raises at KV batch {batch}", nth_load(rig, "kv", batch))
     assert cache.prefetch(RID, tokens) == len(tokens)
     cache.wait_prefetch_io(RID)
-    committed = drive(cache, [RID], max_steps=3)[RID]  # waiting ends once IO ended (L1)
+    committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]  # waiting ends once IO ended (L1)
     failed = [e for e in rig.trace.events() if e.kind is EventKind.IO_END and e.op == RID and e.pool == "kv" and e.value is False]
     assert failed, "the injected storage error was not recorded as a failed transfer (io_end with ok False)"
     good_pages = (batch - 1) * BATCH_PAGES
@@ -171,7 +171,7 @@ def test_partial_hit_loads_only_the_stored_prefix(rig, impl, pool):
     stored_file(rig, impl, key).unlink()
     if cache.prefetch(RID, tokens):
         cache.wait_prefetch_io(RID)
-        committed = drive(cache, [RID], max_steps=3)[RID]
+        committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
         loaded = finish(rig, cache, "wait_complete", tokens, data, committed)
     else:  # an implementation may see the short hit up front and queue nothing
         committed = 0
@@ -201,7 +201,7 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
     damage(stored_file(rig, impl, key))
     assert cache.prefetch(RID, tokens) == len(tokens)  # the page exists: only the get finds it unusable
     cache.wait_prefetch_io(RID)
-    committed = drive(cache, [RID], max_steps=3)[RID]
+    committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
     loaded = finish(rig, cache, "wait_complete", tokens, data, committed)
     assert_usable_prefix(cache, loaded, committed, usable, pool)
 
@@ -253,7 +253,7 @@ def test_extra_pool_failing_after_kv(rig, impl, policy):
         rig.gate.fail(f"storage raises at the {name} transfer", nth_load(rig, name, 1))
     assert cache.prefetch(RID, tokens) == len(tokens)
     cache.wait_prefetch_io(RID)  # KV succeeded; every extra transfer failed
-    committed = drive(cache, [RID], max_steps=3)[RID]
+    committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
     if all_pages_extras(cache):
         assert committed == 0, f"F3: {committed} tokens of KV committed while their {all_pages_extras(cache)} pages failed"
     loaded = finish(rig, cache, policy, tokens, data, committed)
@@ -310,7 +310,7 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
     committed = 0
     if requested:
         cache.wait_prefetch_io(RID)
-        committed = drive(cache, [RID], max_steps=3)[RID]
+        committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
         # The hit may be shorter than what fits: a state pool's hit ends where a state is stored.
         hits = [int(e.value) for e in rig.trace.events() if e.kind is EventKind.HIT and e.op == RID]
         hit_tokens = (hits[-1] if hits else 0) * PAGE_SIZE

@@ -100,7 +100,7 @@ def test_prefetch_again_after_abort_serves_the_stored_bytes(impl, make_cache, tr
     assert cache.prefetch("r2", tokens) == len(tokens), "F8: after the abort its tokens must be prefetchable again"
     held.release()
     cache.wait_prefetch_io("r2")
-    done = drive(cache, ["r2"])
+    done = drive(cache, ["r2"], trace=trace)
     assert done == {"r2": len(tokens)}, f"L1: the new prefetch found every page and must commit all of it (got {done})"
     served(cache, tokens, data, len(tokens))
     close_and_check(cache, trace, config)
@@ -134,9 +134,9 @@ def test_short_side_pool_hit_revokes(impl, make_cache, trace, tmp_path, policy):
     data = request_data(cache, tokens, 35)
     # Page 1 alone first, so the later pages' indexer files are told apart.
     store(cache, tokens[:PS], {k: (v if cache.pools[k].unit == "state" else v[:PS]) for k, v in data.items()})
-    head = pool_files(storage, "indexer")
+    head = pool_files(storage, "indexer", trace)
     store(cache, tokens, data)
-    remove_files(pool_files(storage, "indexer") - head)  # KV hits 4 pages, the indexer 1 (< 2)
+    remove_files(pool_files(storage, "indexer", trace) - head)  # KV hits 4 pages, the indexer 1 (< 2)
     assert cache.prefetch("r1", tokens) == len(tokens)
     cache.wait_prefetch_io("r1")
     assert op_events(trace, "r1", EventKind.REVOKE), "F7: a 1-page hit in an ALL_PAGES pool under a 2-page threshold must revoke"
@@ -160,10 +160,10 @@ def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, g
     held = gate.hold("first KV batch", io_start("kv"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
-    assert remove_files(pool_files(storage, "mamba")), "test setup: no mamba state was stored"
+    assert remove_files(pool_files(storage, "mamba", trace)), "test setup: no mamba state was stored"
     held.release()
     cache.wait_prefetch_io("r1")
-    done = drive(cache, ["r1"])
+    done = drive(cache, ["r1"], trace=trace)
     assert done == {"r1": len(tokens)}, f"F4: KV and every ALL_PAGES pool loaded, so all {len(tokens)} tokens commit without the state (got {done})"
     inserted = [e for e in op_events(trace, "r1", EventKind.INSERT) if e.pool == "mamba"]
     assert not inserted, "F4: a state whose load missed was attached"
@@ -206,7 +206,7 @@ def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace
     for request_id, tokens, data in (("a", tokens_a, data_a), ("b", tokens_b, data_b)):
         assert cache.prefetch(request_id, tokens) == len(tokens)
         cache.wait_prefetch_io(request_id)
-        assert drive(cache, [request_id]) == {request_id: len(tokens)}
+        assert drive(cache, [request_id], trace=trace) == {request_id: len(tokens)}
         served(cache, tokens, data, len(tokens))
     close_and_check(cache, trace, config)
 
@@ -226,7 +226,7 @@ def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache,
     copying.wait_reached()
     loading.release()
     cache.wait_prefetch_io("r1")
-    done = drive(cache, ["r1"])
+    done = drive(cache, ["r1"], trace=trace)
     assert "r1" in done, "L1: the prefetch ended its IO and must finish"
     copying.release()
     cache.flush()
@@ -234,6 +234,6 @@ def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache,
     cache.evict_all()
     assert cache.prefetch("r2", tokens) == len(tokens)
     cache.wait_prefetch_io("r2")
-    assert drive(cache, ["r2"]) == {"r2": len(tokens)}
+    assert drive(cache, ["r2"], trace=trace) == {"r2": len(tokens)}
     served(cache, tokens, data, len(tokens))
     close_and_check(cache, trace, config)

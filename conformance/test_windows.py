@@ -223,9 +223,9 @@ def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_p
     kept = 2 * PS
     # Stored in two steps, so the indexer pages of the last two pages are told apart by file alone.
     store(cache, tokens[:kept], {k: (v if cache.pools[k].unit == "state" else v[:kept]) for k, v in data.items()})
-    head = pool_files(storage, "indexer")
+    head = pool_files(storage, "indexer", trace)
     store(cache, tokens, data)
-    tail = pool_files(storage, "indexer") - head
+    tail = pool_files(storage, "indexer", trace) - head
     assert len(tail) == PAGES - 2, f"test setup: expected {PAGES - 2} new indexer pages in storage, found {len(tail)}"
     first_kv = gate.hold("first KV batch (after the existence check)", io_start("kv"))
     assert cache.prefetch("r1", tokens) == len(tokens)
@@ -233,7 +233,7 @@ def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_p
     remove_files(tail)  # evicted in storage between the existence check and the get
     first_kv.release()
     cache.wait_prefetch_io("r1")
-    done = drive(cache, ["r1"])
+    done = drive(cache, ["r1"], trace=trace)
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
     assert committed == kept, f"F3: the indexer came back with 2 of {PAGES} pages; the commit must be clamped to {kept} tokens, not {committed}"
     served(cache, tokens, data, committed)

@@ -3,9 +3,10 @@
 Rows are named `sglang-live:<class>@<version or commit>`. Capabilities are
 declared only for what the live build really offers: HiRadixCache on a plain
 MHA KV pool has no extra pools (upstream attaches its indexer pool only for
-DSA models), its copies are synchronous on CPU (no copy stream a gate could
-hold); tests needing those skip, saying why. Several ranks join upstream's own
-gloo groups (runtime.ensure_process_group).
+DSA models, at 64-token pages), HiMambaRadixCache carries its mamba state
+pool; copies are synchronous on CPU (no copy stream a gate could hold), so
+held_copies is never declared; tests needing what is missing skip, saying
+why. Several ranks join upstream's own gloo groups (runtime.ensure_process_group).
 """
 
 from __future__ import annotations
@@ -18,8 +19,17 @@ from conformance.adapter import CacheEnv
 from conformance.live import runtime as live_runtime
 from conformance.live.tree import SglangTree, locate
 
+
+@dataclass(frozen=True)
+class LiveClass:
+    session: str  # module:class of its session
+    capabilities: frozenset
+    default_extra_pools: tuple
+
+
 SESSIONS = {
-    "HiRadixCache": "conformance.live.hiradix:HiRadixSession",
+    "HiRadixCache": LiveClass("conformance.live.hiradix:HiRadixSession", frozenset({"multi_rank"}), ()),
+    "HiMambaRadixCache": LiveClass("conformance.live.hi_mamba:HiMambaSession", frozenset({"multi_rank", "pool:mamba"}), ("mamba",)),
 }
 
 
@@ -33,7 +43,7 @@ class LiveAdapter:
     expected_failures: tuple = field(default=())
 
     def _session_module(self) -> tuple[Any, str]:
-        module_name, _, attr = SESSIONS[self.class_name].partition(":")
+        module_name, _, attr = SESSIONS[self.class_name].session.partition(":")
         return __import__(module_name, fromlist=[attr]), attr
 
     def create(self, env: CacheEnv) -> Any:
@@ -47,7 +57,8 @@ class LiveAdapter:
 
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
-    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
+    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name, SESSIONS[name].capabilities, SESSIONS[name].default_extra_pools)
+            for name in tree.classes]
 
 
 if os.environ.get(live_runtime.PRELOAD_ENV):  # a multi-rank fork server: import the tree once, before forking ranks

@@ -1,317 +1,58 @@
 """Upstream's HiRadixCache, built from the user's tree on CPU, behind the CacheUnderTest protocol.
 
-The session drives upstream the way its scheduler does (insert, write-through
-acks, prefetch_from_storage, check_hicache_events then check_prefetch_progress
-per step, init_load_back then start_loading) and records the trace through
-taps.py. Built with upstream's own classes: MHATokenToKVPool (CPU), its paged
+Built with upstream's own classes: MHATokenToKVPool (CPU), its paged
 allocator, MHATokenToKVPoolHost (layer_first, io backend "direct"),
 HiCacheController and the HiCacheFile backend, configured through ServerArgs
-and the storage backend's extra config, as a user configures them.
+and the storage backend's extra config, as a user configures them. On a plain
+MHA KV pool it has no extra pool: its only sidecar (the DSA indexer) comes
+with DSA models, whose device pool asserts page_size == 64.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import pytest
 import torch
 
-from conformance.adapter import CacheEnv, Loaded, PoolLayout
-from conformance.live import shims
-from conformance.live.runtime import Runtime, ensure_process_group
-from conformance.live.taps import KV, Taps
-from spec.decision import DecisionState
-from spec.errors import ConfigError
-from spec.fence import HitPolicy
-from spec.timeout import is_timed_out, timeout_budget
-from spec.trace import EventKind, page_digest
-
-LAYERS, HEADS, HEAD_DIM = 2, 1, 4
-KV_ELEM = (2, LAYERS, HEADS, HEAD_DIM)  # k and v, per layer, per token
-DTYPE = torch.float32
-
-
-def server_args(runtime: Runtime, env: CacheEnv, host_ratio: float) -> Any:
-    t = env.termination
-    extra = {
-        "prefetch_threshold": env.threshold_pages * t.page_size,
-        "prefetch_timeout_base": t.timeout_base_s,
-        "prefetch_timeout_per_ki_token": t.timeout_per_ki_token_s,
-        "prefetch_timeout_max": t.timeout_max_s,
-    }
-    return shims.server_args_without_model(
-        runtime.server_args_cls,
-        model_path="conformance-live", device="cpu", page_size=t.page_size,
-        enable_hierarchical_cache=True, hicache_ratio=host_ratio, hicache_size=0,
-        hicache_io_backend="direct", hicache_mem_layout="layer_first",
-        hicache_write_policy=env.write_policy, hicache_storage_backend="file",
-        hicache_storage_prefetch_policy=t.policy.value,
-        hicache_storage_backend_extra_config=json.dumps(extra),
-    )
-
-
-# Spec-named termination fields -> where a user of upstream sets them.
-CLI_FIELDS = {"policy": "--hicache-storage-prefetch-policy", "page_size": "--page-size"}
-EXTRA_CONFIG_FIELDS = {"timeout_base_s": "prefetch_timeout_base", "timeout_per_ki_token_s": "prefetch_timeout_per_ki_token",
-                       "timeout_max_s": "prefetch_timeout_max"}
+from conformance.live.runtime import Runtime
+from conformance.live.session import DTYPE, HEAD_DIM, HEADS, LAYERS, LiveSession, configure_through
+from conformance.live.taps import KV
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
-    """Validate the fields through upstream's own entry points: its CLI parser and HiRadixCache's extra-config parser.
-
-    An unknown field lands in the extra config, as a user's misspelt key would.
-    Upstream's own error becomes a one-line ValueError, its words unchanged.
-    """
-    import argparse
-    import contextlib
-    import io
-
-    argv = ["--model-path", "conformance-live"]
-    extra: dict[str, Any] = {}
-    for name, value in fields.items():
-        if name in CLI_FIELDS:
-            argv += [CLI_FIELDS[name], str(value)]
-        else:
-            extra[EXTRA_CONFIG_FIELDS.get(name, name)] = value
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    runtime.server_args_cls.add_cli_args(parser)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            parser.parse_args(argv)
-        runtime.module("hiradix_cache").HiRadixCache._parse_storage_backend_extra_config(None, json.dumps(extra))
-    except (argparse.ArgumentError, SystemExit, ValueError, TypeError) as exc:
-        raise ValueError(" ".join(str(exc).split())) from None
+    """C1/C2 through upstream's CLI parser and HiRadixCache's extra-config parser."""
+    configure_through(runtime, fields, runtime.module("hiradix_cache").HiRadixCache._parse_storage_backend_extra_config)
 
 
-class HiRadixSession:
+class HiRadixSession(LiveSession):
     """One upstream HiRadixCache instance for one test."""
 
-    def __init__(self, runtime: Runtime, env: CacheEnv) -> None:
-        self.runtime = runtime
-        self.env = env
-        ps = env.page_size
-        # Upstream requires more host than device memory (HostKVCache asserts it): the device
-        # tier gets one page less than the host tier. A test that shrinks the host tier below
-        # the device tier would leave no room to load its host tier back.
-        if env.host_pages < env.device_pages:
-            pytest.skip(f"upstream's HiRadixCache needs more host than device memory; a {env.host_pages}-page host tier "
-                        f"leaves a device tier too small to load it back")
-        device_pages = env.host_pages - 1
-        m = runtime.modules
-        group = ensure_process_group(runtime, env.rank, env.world_size)
-        runtime.clock.clock = env.clock
-        shims.set_storage_batch_pages(m["cache_controller"], env.batch_pages)
-        storage = Path(env.storage_dir)
-        storage.mkdir(parents=True, exist_ok=True)
-        os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = str(storage)
-        # host slots = (int(device * ratio) // page_size + 1) * page_size: aim at exactly env.host_pages pages
-        ratio = ((env.host_pages - 1) * ps + 0.5) / (device_pages * ps)
-        args = server_args(runtime, env, ratio)
-        m["server_args"].set_global_server_args_for_scheduler(args)
+    CLASS_NAME = "HiRadixCache"
+
+    def build(self) -> Any:
+        m, ps, pages = self.runtime.modules, self.env.page_size, self.device_pages
         self.device_pool = m["memory_pool"].MHATokenToKVPool(
-            size=device_pages * ps, page_size=ps, dtype=DTYPE, head_num=HEADS, head_dim=HEAD_DIM,
+            size=pages * ps, page_size=ps, dtype=DTYPE, head_num=HEADS, head_dim=HEAD_DIM,
             layer_num=LAYERS, device="cpu", enable_memory_saver=False)
-        self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(device_pages * ps, ps, DTYPE, "cpu", self.device_pool, need_sort=False)
+        self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, DTYPE, "cpu", self.device_pool, need_sort=False)
         req_pool = m["memory_pool"].ReqToTokenPool(size=2, max_context_len=4096, device="cpu", enable_memory_saver=False)
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator,
-            page_size=ps, tp_cache_group=group)
-        self.cache = m["hiradix_cache"].HiRadixCache(params, args)
-        self.cache.load_back_threshold = ps  # the load-back-threshold shim
-        self.cc = self.cache.cache_controller
-        self.host = self.cc.mem_pool_host
-        self.backend = self.cc.storage_backend
-        self.pools = {KV: PoolLayout(KV, "token", KV_ELEM, DTYPE, HitPolicy.ALL_PAGES)}
-        self._threads = [t for t in (getattr(self.cc, n, None) for n in ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")) if t is not None]
-        self.taps = Taps(env.trace, env.termination, ps)
-        self.taps.tap_host_pool(self.host)
-        self.taps.tap_controller(self.cc)
-        self.taps.tap_storage(self.backend, self.storage_file_name)
-        self.taps.tap_cache(self.cache, self.decision_state)
-        self._acked = threading.Condition()
-        self._tap_backup_acks()
-        self._closed = False
+            page_size=ps, tp_cache_group=self.group)
+        cache = m["hiradix_cache"].HiRadixCache(params, self.args)
+        self.kv_host = cache.cache_controller.mem_pool_host
+        return cache
 
-    # --- helpers -----------------------------------------------------------------------------
-
-    def storage_file_name(self, key: str) -> str:
-        return f"{self.backend._get_suffixed_key(key)}.bin"
-
-    def decision_state(self, operation: Any) -> DecisionState | None:
-        t = self.env.termination
-        hit = len(operation.hash_value)
-        try:
-            return DecisionState(
-                policy=t.policy, page_size=t.page_size, hit_pages=hit, completed_tokens=int(operation.completed_tokens),
-                timed_out=is_timed_out(float(operation.start_time), self.env.clock.now(), timeout_budget(t, hit)),
-                pool_transfers_present=bool(getattr(operation, "pool_transfers", None)),
-                pool_transfers_done=bool(getattr(operation, "pool_transfers_done", True)),
-                terminated=bool(operation.is_terminated()),
-            )
-        except ConfigError:
-            return None  # a state outside the spec's space (recorded as a vote without a state)
-
-    def _tap_backup_acks(self) -> None:
-        queue = self.cc.ack_backup_queue
-        put = queue.put
-
-        def acked(item: Any, *args: Any, **kwargs: Any) -> Any:
-            result = put(item, *args, **kwargs)
-            with self._acked:
-                self._acked.notify_all()
-            return result
-
-        queue.put = acked
-
-    def _node_hit(self, tokens: Sequence[int]) -> Any:
-        m = self.runtime.modules
-        key = m["radix_cache"].RadixKey(list(tokens))
-        return self.cache.match_prefix(m["base_prefix_cache"].MatchPrefixParams(key=key))
-
-    # --- the protocol ----------------------------------------------------------------------------
+    def observe(self) -> None:
+        self.taps.tap_barrier(self.cache, "_barrier_attn_groups")
 
     def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
-        rows = data[KV]
         aligned = len(tokens) - len(tokens) % self.env.page_size
         if aligned == 0:
             return
-        slots = self.allocator.alloc(aligned)
-        if slots is None:
-            self.cache.evict(self.runtime.modules["base_prefix_cache"].EvictParams(num_tokens=aligned))
-            slots = self.allocator.alloc(aligned)
-        if slots is None:
-            raise AssertionError(f"sglang-live: no device room for {aligned} tokens after eviction")
-        for layer in range(LAYERS):
-            self.device_pool.k_buffer[layer][slots] = rows[:aligned, 0, layer].to(DTYPE)
-            self.device_pool.v_buffer[layer][slots] = rows[:aligned, 1, layer].to(DTYPE)
+        slots = self._alloc_device(aligned)
+        self._write_kv_rows(slots, data[KV][:aligned])
         m = self.runtime.modules
         result = self.cache.insert(m["base_prefix_cache"].InsertParams(key=m["radix_cache"].RadixKey(list(tokens[:aligned])), value=slots))
         if result.prefix_len:
             self.allocator.free(slots[: result.prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)
-
-    def flush(self) -> None:
-        for _ in range(200):  # bounded: 200 rounds of at most wait_timeout_s / 200 each
-            self.cache.check_hicache_events()
-            if not self.cache.ongoing_write_through and not self.cache.ongoing_backup:
-                return
-            with self._acked:
-                self._acked.wait(self.env.wait_timeout_s / 200)
-        raise AssertionError(
-            f"sglang-live flush: backups still pending after {self.env.wait_timeout_s}s "
-            f"(write-through {len(self.cache.ongoing_write_through)}, storage {len(self.cache.ongoing_backup)}; "
-            f"backup thread alive: {self.cc.backup_thread.is_alive()})")
-
-    def evict_all(self) -> None:
-        self.cache.check_hicache_events()
-        self.cache.evict(self.runtime.modules["base_prefix_cache"].EvictParams(num_tokens=1 << 30))
-        self.cache.evict_host(1 << 30)
-
-    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
-        m = self._node_hit(tokens)
-        return len(m.device_indices), int(m.host_hit_length)
-
-    def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
-        m = self._node_hit(tokens)
-        matched = len(m.device_indices) + int(m.host_hit_length)
-        node = m.last_host_node
-        with self.taps.scheduling(op=request_id, phase="prefetch"):
-            self.cache.prefetch_from_storage(request_id, node, list(tokens[matched:]), last_hash=node.get_last_hash_value())
-        entry = self.cache.ongoing_prefetch.get(request_id)
-        return len(entry[1]) if entry is not None else 0
-
-    def wait_prefetch_io(self, request_id: str) -> None:
-        if not self.taps.wait_io_done(request_id, self.env.wait_timeout_s):
-            died = "; ".join(self.taps.io_thread_errors) or "none"
-            raise AssertionError(
-                f"sglang-live: upstream's prefetch threads did not finish the IO of {request_id} within {self.env.wait_timeout_s}s "
-                f"(prefetch thread alive: {self.cc.prefetch_thread.is_alive()}, IO thread alive: "
-                f"{getattr(self.cc, 'prefetch_io_aux_thread', None) is not None and self.cc.prefetch_io_aux_thread.is_alive()}; IO thread errors: {died})")
-
-    def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
-        finished: dict[str, int] = {}
-        with self.taps.scheduler_step() as step:
-            self.cache.check_hicache_events()
-            for request_id in request_ids:
-                if self.cache.check_prefetch_progress(request_id):
-                    self.cache.pop_prefetch_loaded_tokens(request_id)
-                    commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id and e.step == step]
-                    finished[request_id] = int(commits[-1].value) if commits else 0
-        return finished
-
-    def abort(self, request_id: str) -> None:
-        with self.taps.scheduling(op=request_id, phase="abort"):
-            self.cache.release_aborted_request(request_id)
-
-    def load_back(self, tokens: Sequence[int]) -> Loaded:
-        m = self._node_hit(tokens)
-        if m.host_hit_length:
-            self._load_host_part(m)
-            m = self._node_hit(tokens)
-        slots = m.device_indices
-        rows = torch.stack([torch.stack([self.device_pool.k_buffer[l][slots] for l in range(LAYERS)], 1),
-                            torch.stack([self.device_pool.v_buffer[l][slots] for l in range(LAYERS)], 1)], 1)
-        return Loaded(tokens=len(slots), data={KV: rows.clone()})
-
-    def _load_host_part(self, m: Any) -> None:
-        nodes, node = [], m.best_match_node
-        while node.evicted:
-            nodes.insert(0, node)
-            node = node.parent
-        keys, digests, host_slots = [], [], []
-        ps = self.env.page_size
-        for n in nodes:
-            host = n.host_value.tolist()
-            for page, key in enumerate(n.hash_value or []):
-                keys.append(self.storage_file_name(key))
-                digests.append(page_digest(self.host.get_data_page(host[page * ps], flat=True).contiguous().view(-1).view(torch.uint8).numpy().tobytes()))
-                host_slots.append(host[page * ps])
-        params = self.runtime.modules["base_prefix_cache"].InitLoadBackParams(best_match_node=m.best_match_node, host_hit_length=int(m.host_hit_length))
-        loaded, _ = self.cache.init_load_back(params)
-        if len(loaded):
-            self.env.trace.record(EventKind.LOAD_BACK, pool=KV, slots=host_slots, keys=keys, digests=digests)
-        self.cache.ready_to_load_host_cache()
-        self.cache.check_hicache_events()  # loading_check: the load's node locks are released
-
-    def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
-        operation_cls = self.runtime.modules["cache_controller"].PrefetchOperation
-        hybrid = self.runtime.modules.get("hybrid_cache_controller")
-        pool_transfers = None
-        if state.pool_transfers_present and hybrid is not None:
-            storage = self.runtime.modules["hicache_storage"]
-            operation_cls = hybrid.PrefetchOperation
-            pool_transfers = [storage.PoolTransfer(name=storage.PoolName.INDEXER, hit_policy=storage.PoolHitPolicy.ALL_PAGES, indices_from_pool=storage.PoolName.KV)]
-        kwargs = {"pool_transfers": pool_transfers} if pool_transfers is not None else {}
-        operation = operation_cls("decision-probe", self.host.get_dummy_flat_data_page()[:0], [0] * (state.hit_pages * state.page_size), **kwargs)
-        if state.pool_transfers_present and hybrid is None:
-            operation.pool_transfers = ["indexer"]  # upstream reads both fields with getattr
-        if state.pool_transfers_present:
-            operation.pool_transfers_done = state.pool_transfers_done
-        operation.hash_value = [f"probe-{i}" for i in range(state.hit_pages)]
-        operation.completed_tokens = state.completed_tokens
-        operation.start_time = start_time
-        if state.terminated:
-            operation.mark_terminate()
-        return operation
-
-    def can_terminate(self, operation: Any) -> bool:
-        return bool(self.cache.can_terminate_prefetch(operation))
-
-    def slot_accounting(self) -> Mapping[str, tuple[int, int, int]]:
-        host_free = self.host.available_size()
-        device_free = self.allocator.available_size()
-        device_size = self.allocator.size
-        return {"host:kv": (self.host.size - host_free, host_free, self.host.size),
-                "device:kv": (device_size - device_free, device_free, device_size)}
-
-    def threads(self) -> Sequence[threading.Thread]:
-        return [t for t in (getattr(self.cc, n, None) for n in ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")) if t is not None]
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads

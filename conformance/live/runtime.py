@@ -42,9 +42,8 @@ _RUNTIME: Runtime | None = None
 # does not spend its hang budget importing SGLang.
 PRELOAD_ENV = "CONFORMANCE_SGLANG_LIVE_TREE"
 
-# Upstream modules the live adapters use, by short name.
+# Upstream modules every live session uses, by short name.
 MODULES = {
-    "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
     "cache_controller": "sglang.srt.managers.cache_controller",
     "memory_pool_host": "sglang.srt.mem_cache.memory_pool_host",
     "memory_pool": "sglang.srt.mem_cache.memory_pool",
@@ -56,9 +55,20 @@ MODULES = {
     "server_args": "sglang.srt.server_args",
     "parallel_state": "sglang.srt.distributed.parallel_state",
 }
+# What each live class needs besides (its own module first), imported only when the tree defines the class.
+CLASS_MODULES = {
+    "HiRadixCache": {"hiradix_cache": "sglang.srt.mem_cache.hiradix_cache"},
+    "HiMambaRadixCache": {
+        "hi_mamba_radix_cache": "sglang.srt.mem_cache.hi_mamba_radix_cache",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "mamba_utils": "sglang.srt.configs.mamba_utils",
+    },
+}
 OPTIONAL_MODULES = {
     "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
 }
+# Modules whose `time.monotonic` is the harness's clock (the injected-clock shim).
+CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache")
 
 
 class LiveImportError(ConfigError):
@@ -88,25 +98,30 @@ def load(tree: SglangTree) -> Runtime:
     sys.path.insert(0, str(tree.import_root))
     os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "")  # each cache names its own directory
     modules: dict[str, types.ModuleType] = {}
+    wanted: dict[str, str] = {}
+    for name in tree.classes:  # the class's own modules first: a tree that cannot import them is named by them
+        wanted.update(CLASS_MODULES[name])
+    wanted.update(MODULES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # import-time notices about CUDA-only quantization kernels
-        for short, name in {**MODULES, **OPTIONAL_MODULES}.items():
+        for short, name in {**wanted, **OPTIONAL_MODULES}.items():
             try:
                 modules[short] = importlib.import_module(name)
             except ModuleNotFoundError as exc:
-                if short in OPTIONAL_MODULES and exc.name and exc.name.startswith("sglang"):
+                if short in OPTIONAL_MODULES and short not in wanted and exc.name and exc.name.startswith("sglang"):
                     continue  # an older tree without that module
                 raise LiveImportError(name, tree, exc) from None
             except Exception as exc:
                 raise LiveImportError(name, tree, exc) from None
-    imported_from = Path(modules["hiradix_cache"].__file__).resolve()
+    first = next(iter(CLASS_MODULES[tree.classes[0]]))
+    imported_from = Path(modules[first].__file__).resolve()
     if tree.package.resolve() not in imported_from.parents:
         raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
     logging.getLogger("sglang").setLevel(logging.ERROR)
     shims.unpin_host_pool(modules["memory_pool_host"])
     direct_copy = shims.install_direct_copy(modules["memory_pool_host"])
     clock = shims.InjectedTime()
-    shims.inject_clock([m for k, m in modules.items() if k in ("hiradix_cache", "cache_controller", "hybrid_cache_controller")], clock)
+    shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock)
     _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs)
     os.environ[PRELOAD_ENV] = tree.given
     return _RUNTIME

@@ -32,7 +32,7 @@ class Shim:
 SHIMS = (
     Shim("torchvision-stand-in", "the torchvision package (imported unconditionally by sglang.srt.utils.common and by transformers)",
          "torchvision's wheels link against CUDA torch and do not load against a CPU torch; every name in the stand-in raises if called, and the cache never calls one"),
-    Shim("unpinned-host-pool", "HostKVCache.__init__'s pin_memory=True",
+    Shim("unpinned-host-pool", "pin_memory=True of HostKVCache.__init__ and of every host pool with an __init__ of its own (MambaPoolHost)",
          "pinned memory needs a CUDA allocator; on CPU a plain tensor is the same memory"),
     Shim("direct-copy", "memory_pool_host.transfer_kv_direct (an sgl_kernel import skipped without CUDA)",
          "the 'direct' IO backend's per-layer copy, written as a plain index copy of the same rows"),
@@ -40,7 +40,7 @@ SHIMS = (
          "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
     Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream)",
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
-    Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution)",
+    Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size)",
          "it loads the model's config.json from the hub; the cache reads only its hicache_* fields, which are set as a user sets them"),
     Shim("load-back-threshold", "HiRadixCache.load_back_threshold (10 tokens upstream)",
          "the harness loads back partial commits of one page; upstream would skip them as too small to be worth a copy"),
@@ -122,13 +122,20 @@ def install_torchvision_stand_in() -> bool:
 # --- unpinned-host-pool --------------------------------------------------------------
 
 def unpin_host_pool(memory_pool_host: types.ModuleType) -> None:
-    cls = memory_pool_host.HostKVCache
+    """HostKVCache and every host pool of the module with an __init__ of its own (MambaPoolHost's does not call its base's)."""
+    classes = [c for c in vars(memory_pool_host).values()
+               if isinstance(c, type) and issubclass(c, memory_pool_host.HostKVCache) and "__init__" in vars(c)]
+    for cls in classes:
+        _unpin(cls)
+
+
+def _unpin(cls: type) -> None:
     original = cls.__init__
     if getattr(original, "_conformance_unpinned", False):
         return
     signature = inspect.signature(original)
     if "pin_memory" not in signature.parameters:
-        return  # a tree whose host pool takes no such flag needs no shim
+        return  # a host pool that takes no such flag needs no shim
 
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:

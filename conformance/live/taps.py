@@ -14,11 +14,15 @@ IO by upstream's own threads.
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+import torch
+
+from conformance.live import collectives
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE, DecisionState
 from spec.fence import COMMIT_COLLECTIVE
@@ -29,16 +33,19 @@ TREE = "tree"  # owner of host slots held by the radix tree
 
 TAP_POINTS = (
     ("op_start", "cache_controller.prefetch_queue.put (the operation is queued)"),
-    ("alloc / free", "mem_pool_host.alloc / mem_pool_host.free (owner: the operation in scheduler context, else the tree)"),
+    ("alloc / free", "alloc / free of each host pool (KV, and the mamba state pool), owner: the operation in scheduler context, else the tree"),
     ("hit, io_done", "cache_controller._page_transfer entry, and the IO thread's release of the unused tail after it (io_done)"),
     ("revoke", "cache_controller.prefetch_revoke_queue.put (prefetch thread), release_aborted_request (abort)"),
     ("io_start / io_end (load)", "cache_controller.page_get_func around each storage batch (IO thread); the gate sits before the storage call"),
     ("io_start / io_end (backup)", "cache_controller.page_set_func around each storage batch (backup thread)"),
-    ("page_write", "storage_backend.set (the page's file name is its key)"),
+    ("io_start / io_end (extra pools)", "storage_backend.batch_get_v2 (IO thread, after the KV batches) and batch_set_v2 (backup thread), one IO per pool transfer"),
+    ("page_write", "storage_backend.set (the page's file name is its key; a key '<hash>.<pool>' is that pool's page)"),
     ("io_start / io_end (copies)", "cache_controller.start_writing / start_loading (device<->host copies)"),
-    ("vote, collective", "HiRadixCache._all_reduce_attn_groups inside can_terminate_prefetch; best_effort returns before it: vote recorded at return"),
+    ("vote, collective", "HiRadixCache._all_reduce_attn_groups, or torch.distributed.all_reduce as HiMambaRadixCache calls it, inside can_terminate_prefetch; "
+                         "without a reduce (best_effort; one rank of HiMambaRadixCache) the vote is recorded at the return"),
+    ("collective (barrier)", "HiRadixCache._barrier_attn_groups, or torch.distributed.barrier as HiMambaRadixCache calls it (release_aborted_request)"),
     ("terminate", "cache_controller.terminate_prefetch inside check_prefetch_progress"),
-    ("commit, insert", "HiRadixCache._insert_helper_host inside check_prefetch_progress"),
+    ("commit, insert", "_insert_helper_host inside check_prefetch_progress (and the mamba state it attaches to the new leaf)"),
 )
 
 
@@ -47,6 +54,8 @@ class Context(threading.local):
     step: int | None = None
     phase: str | None = None
     voted: bool = False
+    transferring: str | None = None  # the operation whose storage IO this (IO) thread runs
+    inserting: str | None = None  # the operation whose commit inserts into the tree now
 
 
 def wrap(obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -65,7 +74,8 @@ class Taps:
         self.termination = termination
         self.page_size = page_size
         self.ctx = Context()
-        self.owner: dict[int, str] = {}  # host kv slot -> operation id or TREE
+        self.owner: dict[tuple[str, int], str] = {}  # (pool, host slot) -> operation id or TREE
+        self.pools: set[str] = set()  # the pools whose host slots are tapped
         self.io_done = threading.Condition()
         self.started_ops: set[str] = set()
         self.ended_ops: set[str] = set()
@@ -80,7 +90,8 @@ class Taps:
         self.ctx.op = op if op is not None else self.ctx.op
         self.ctx.phase = phase if phase is not None else self.ctx.phase
         try:
-            yield
+            with collectives.active(self):
+                yield
         finally:
             self.ctx.op, self.ctx.phase = saved
 
@@ -110,15 +121,18 @@ class Taps:
 
     # --- host slots ---------------------------------------------------------------------------
 
-    def tap_host_pool(self, pool: Any) -> None:
+    def tap_host_pool(self, pool: Any, name: str = KV) -> None:
+        """alloc/free of one host pool (`name`: the pool its slots belong to)."""
+        self.pools.add(name)
+
         def alloc(original: Callable) -> Callable:
             def wrapper(need_size: int) -> Any:
                 slots = original(need_size)
                 if slots is not None:
                     owner = self.ctx.op if self.ctx.phase == "prefetch" else None
-                    self.trace.record(EventKind.ALLOC, op=owner, pool=KV, space=HOST, slots=slots)
+                    self.trace.record(EventKind.ALLOC, op=owner, pool=name, space=HOST, slots=slots)
                     for s in slots.tolist():
-                        self.owner[s] = owner or TREE
+                        self.owner[(name, s)] = owner or TREE
                 return slots
             return wrapper
 
@@ -126,14 +140,30 @@ class Taps:
             def wrapper(indices: Any) -> Any:
                 by_owner: dict[str, list[int]] = {}
                 for s in indices.tolist():
-                    by_owner.setdefault(self.owner.pop(s, TREE), []).append(s)
+                    by_owner.setdefault(self.owner.pop((name, s), TREE), []).append(s)
                 for owner, slots in by_owner.items():
-                    self.trace.record(EventKind.FREE, op=None if owner == TREE else owner, pool=KV, space=HOST, slots=slots)
+                    self.trace.record(EventKind.FREE, op=None if owner == TREE else owner, pool=name, space=HOST, slots=slots)
                 return original(indices)
             return wrapper
 
         wrap(pool, "alloc", alloc)
         wrap(pool, "free", free)
+
+    def tap_attach(self, lru_list: Any, pool: str, value_attr: str) -> None:
+        """A state attached to a new leaf by a commit: the leaf enters `lru_list` inside _insert_helper_host."""
+        def attached(original: Callable) -> Callable:
+            def wrapper(node: Any, *args: Any, **kwargs: Any) -> Any:
+                op = self.ctx.inserting
+                value = getattr(node, value_attr, None)
+                if op is not None and value is not None:
+                    slots = value.tolist()
+                    self.trace.record(EventKind.INSERT, op=op, pool=pool, space=HOST, slots=slots)
+                    for s in slots:
+                        self.owner[(pool, s)] = TREE
+                return original(node, *args, **kwargs)
+            return wrapper
+
+        wrap(lru_list, "insert_mru", attached)
 
     # --- the controller: queue, hit query, IO ------------------------------------------------------
 
@@ -156,7 +186,7 @@ class Taps:
             def wrapper(request_id: Any, *args: Any, **kwargs: Any) -> Any:
                 self.trace.record(EventKind.REVOKE, op=request_id, value="hit too short")
                 result = original(request_id, *args, **kwargs)
-                self._io_finished(request_id)
+                self.ctx.finishing = request_id  # the prefetch thread releases its slots next: that ends its IO
                 return result
             return wrapper
 
@@ -197,19 +227,22 @@ class Taps:
             def wrapper(operation: Any) -> Any:
                 op = operation.request_id
                 self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
+                self.ctx.transferring = op
                 try:
                     result = original(operation)
                 except BaseException as exc:
                     self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
                     self._io_finished(op)
                     raise  # upstream's IO thread ends here, as it would on a storage error
+                finally:
+                    self.ctx.transferring = None
                 self.ctx.finishing = op  # its next release (the unused tail) ends its IO
                 return result
             return wrapper
 
         def released(original: Callable) -> Callable:
-            def wrapper(host_indices: Any) -> Any:
-                result = original(host_indices)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
                 op = getattr(self.ctx, "finishing", None)
                 if op is not None:
                     self.ctx.finishing = None
@@ -238,13 +271,13 @@ class Taps:
         wrap(cc, "append_host_mem_release", released)
         wrap(cc, "page_get_func", page_get)
 
-    def _end_in_parts(self, op: str, host_indices: Any, io: int, arrived_tokens: int) -> None:
+    def _end_in_parts(self, op: str | None, host_indices: Any, io: int, arrived_tokens: int, pool: str = KV) -> None:
         slots = host_indices.tolist()
         done, failed = slots[:arrived_tokens], slots[arrived_tokens:]
         if done:
-            self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=done, io=io, value=True)
+            self.trace.record(EventKind.IO_END, op=op, pool=pool, space=HOST, slots=done, io=io, value=True)
         if failed:
-            self.trace.record(EventKind.IO_END, op=op, pool=KV, space=HOST, slots=failed, io=io, value=False)
+            self.trace.record(EventKind.IO_END, op=op, pool=pool, space=HOST, slots=failed, io=io, value=False)
 
     def _tap_copies(self, cc: Any) -> None:
         def copying(direction: str, queue_name: str) -> Callable[[Callable], Callable]:
@@ -253,8 +286,6 @@ class Taps:
                     queue = getattr(cc, queue_name)
                     if not queue:
                         return original(*args, **kwargs)
-                    import torch
-
                     slots = torch.cat([op.host_indices for op in queue])
                     io = self.trace.next_io_id()
                     start = self.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=slots, io=io, value=direction)
@@ -278,26 +309,66 @@ class Taps:
             def wrapper(key: str, value: Any = None, *args: Any, **kwargs: Any) -> Any:
                 ok = original(key, value, *args, **kwargs)
                 if ok and value is not None and self.trace.enabled:
-                    raw = value.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
-                    self.trace.record(EventKind.PAGE_WRITE, pool=KV, keys=[file_name(key)], digests=[page_digest(raw)])
+                    raw = value.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                    self.trace.record(EventKind.PAGE_WRITE, pool=self.page_pool(key), keys=[file_name(key)], digests=[page_digest(raw)])
                 return ok
             return wrapper
 
         wrap(backend, "set", setter)
+        if hasattr(backend, "batch_get_v2"):
+            wrap(backend, "batch_get_v2", self._pool_io(backend, LOAD))
+            wrap(backend, "batch_set_v2", self._pool_io(backend, BACKUP))
+
+    def page_pool(self, key: str) -> str:
+        """Upstream stores an extra pool's page under '<hash>.<pool>'."""
+        _, dot, suffix = key.rpartition(".")
+        return suffix if dot and suffix in self.pools else KV
+
+    def _pool_io(self, backend: Any, direction: str) -> Callable[[Callable], Callable]:
+        """One IO per pool transfer of a multi-pool get or set; it ends page by page, as the backend reports."""
+        def make(original: Callable) -> Callable:
+            def wrapper(transfers: Any, *args: Any, **kwargs: Any) -> Any:
+                op = self.ctx.transferring if direction == LOAD else None
+                started = []
+                for t in transfers:
+                    name = str(getattr(t.name, "value", t.name))
+                    if t.host_indices is None or name not in self.pools:
+                        continue  # not a pool this harness tracks (its slots are not recorded)
+                    io = self.trace.next_io_id()
+                    start = self.trace.record(EventKind.IO_START, op=op, pool=name, space=HOST, slots=t.host_indices, io=io, value=direction)
+                    started.append((t, name, io, start))
+                try:
+                    for *_, start in started:
+                        self.trace.gate(start)
+                    results = original(transfers, *args, **kwargs)
+                except BaseException:
+                    for t, name, io, _ in started:
+                        self.trace.record(EventKind.IO_END, op=op, pool=name, space=HOST, slots=t.host_indices, io=io, value=False)
+                    raise
+                for t, name, io, _ in started:
+                    ok = list((results or {}).get(t.name, (results or {}).get(name, [])))
+                    width = int(getattr(backend.registered_pools[t.name], "page_size", 1) or 1) if hasattr(backend, "registered_pools") else 1
+                    arrived = next((i for i, good in enumerate(ok) if not good), len(ok))
+                    self._end_in_parts(op, t.host_indices, io, arrived * width, pool=name)
+                return results
+            return wrapper
+        return make
 
     # --- the cache: decision, commit ------------------------------------------------------------------
 
     def tap_cache(self, cache: Any, decision_state: Callable[[Any], DecisionState]) -> None:
+        self.decision_state = decision_state
+
         def deciding(original: Callable) -> Callable:
             def wrapper(operation: Any) -> Any:
                 saved = (self.ctx.op, self.ctx.phase, self.ctx.voted)
                 self.ctx.op, self.ctx.phase, self.ctx.voted = operation.request_id, "vote", False
                 self.ctx.operation = operation
                 try:
-                    result = original(operation)
-                    if not self.ctx.voted:  # best_effort (or an unknown policy) returns before any reduce
-                        state = decision_state(operation)
-                        self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=bool(result), state=state)
+                    with collectives.active(self):
+                        result = original(operation)
+                    if not self.ctx.voted:  # no reduce carried the vote: best_effort, or one rank that skips it
+                        self._vote_at_return(original, operation, bool(result))
                     return result
                 finally:
                     self.ctx.op, self.ctx.phase, self.ctx.voted = saved
@@ -305,29 +376,24 @@ class Taps:
 
         def reducing(original: Callable) -> Callable:
             def wrapper(tensor: Any, op: Any) -> Any:
-                name = self.ctx.phase or "other"
-                if self.ctx.phase == "vote" and tensor.numel() == 2:
-                    operation = self.ctx.operation
-                    vote = int(tensor[0].item()) == 0
-                    self.ctx.voted = True
-                    self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=vote, state=decision_state(operation))
-                    name = VOTE_COLLECTIVE
-                elif self.ctx.phase == "commit":
-                    name = COMMIT_COLLECTIVE
-                self.trace.record(EventKind.COLLECTIVE, step=self.ctx.step, op=self.ctx.op, value=name)
+                self.on_reduce(tensor)
                 return original(tensor, op)
             return wrapper
 
         def inserting(original: Callable) -> Callable:
-            def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any) -> Any:
+            def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any, *args: Any, **kwargs: Any) -> Any:
                 op = self.ctx.op
                 self.trace.record(EventKind.COMMIT, op=op, step=self.ctx.step, value=len(key))
-                matched = original(node, key, host_value, hash_value)
+                saved, self.ctx.inserting = self.ctx.inserting, op
+                try:
+                    matched = original(node, key, host_value, hash_value, *args, **kwargs)
+                finally:
+                    self.ctx.inserting = saved
                 inserted = host_value[matched:].tolist()
                 if inserted:
                     self.trace.record(EventKind.INSERT, op=op, pool=KV, space=HOST, slots=inserted)
                     for s in inserted:
-                        self.owner[s] = TREE
+                        self.owner[(KV, s)] = TREE
                 return matched
             return wrapper
 
@@ -346,9 +412,59 @@ class Taps:
             return make
 
         wrap(cache, "can_terminate_prefetch", deciding)
-        wrap(cache, "_all_reduce_attn_groups", reducing)
+        if hasattr(cache, "_all_reduce_attn_groups"):
+            wrap(cache, "_all_reduce_attn_groups", reducing)
         wrap(cache, "_insert_helper_host", inserting)
         wrap(cache, "check_prefetch_progress", progress)
         wrap(cache, "writing_check", phase("write_ack_min"))
         wrap(cache, "loading_check", phase("load_ack_min"))
         wrap(cache, "drain_storage_control_queues", phase("drain_queues_min"))
+
+    def tap_barrier(self, cache: Any, name: str) -> None:
+        """A barrier method of the cache (release_aborted_request runs one)."""
+        def barrier(original: Callable) -> Callable:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                self.on_barrier()
+                return original(*args, **kwargs)
+            return wrapper
+
+        wrap(cache, name, barrier)
+
+    # --- collectives, however upstream calls them ----------------------------------------------
+
+    def on_reduce(self, tensor: Any) -> None:
+        """This rank enters an all-reduce: in the vote, its payload [1 - vote, terminated] is the vote."""
+        name = self.ctx.phase or "other"
+        if self.ctx.phase == "vote" and tensor.numel() == 2:
+            operation = self.ctx.operation
+            vote = int(tensor[0].item()) == 0
+            self.ctx.voted = True
+            self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=vote, state=self.decision_state(operation))
+            name = VOTE_COLLECTIVE
+        elif self.ctx.phase == "commit":
+            name = COMMIT_COLLECTIVE
+        self.trace.record(EventKind.COLLECTIVE, step=self.ctx.step, op=self.ctx.op, value=name)
+
+    def on_barrier(self) -> None:
+        name = "abort_barrier" if self.ctx.phase == "abort" else "barrier"
+        self.trace.record(EventKind.COLLECTIVE, step=self.ctx.step, op=self.ctx.op, value=name)
+
+    def _vote_at_return(self, decide: Callable, operation: Any, decided: bool) -> None:
+        """Record the vote of a decision that no reduce carried.
+
+        best_effort returns before any reduce: its decision is its vote. One rank
+        that skips the reduce returns `vote or terminated`: for an operation
+        already terminated the vote is upstream's own decision on a copy not
+        marked terminated (the copy enters no collective: there is none on one
+        rank); where that cannot be made, the vote is recorded without a state.
+        """
+        state = self.decision_state(operation)
+        vote = decided
+        if state is not None and state.terminated and self.termination.policy.uses_collective:
+            probe = copy.copy(operation)
+            if hasattr(probe, "_terminated_flag"):
+                probe._terminated_flag = False
+                vote = bool(decide(probe))
+            else:
+                state = None
+        self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=vote, state=state)

@@ -24,11 +24,11 @@ ACCEPTED = "an SGLang source checkout (containing python/sglang/__init__.py), a 
 # Cache classes this harness can run live: class name -> module file under sglang/.
 LIVE_CLASSES = {
     "HiRadixCache": "srt/mem_cache/hiradix_cache.py",
+    "HiMambaRadixCache": "srt/mem_cache/hi_mamba_radix_cache.py",
 }
 # Cache classes recognised but not yet wired (reported, not run).
 KNOWN_UNWIRED = {
     "UnifiedRadixCache": "srt/mem_cache/unified_radix_cache.py",
-    "HiMambaRadixCache": "srt/mem_cache/hi_mamba_radix_cache.py",
 }
 
 

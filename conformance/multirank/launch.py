@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
@@ -40,6 +40,10 @@ from spec.config import TerminationConfig
 from spec.errors import ConfigError
 from spec.trace import Event, EventKind, Trace
 
+
+
+# In a rank's heartbeat phase: the scenario waits for something of its own (bounded), not in a collective.
+WAITING = "held by the scenario, waiting for "
 
 
 class MultiRankError(AssertionError):
@@ -342,7 +346,8 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
                 lines.append(f"rank {rank} hung at step '{beat['phase']}' (last event: {beat['last'] or 'none'})")
             done = [rank for rank in range(len(procs)) if rank not in alive]
             tail = f"; ranks {done} had exited" if done else ""
-            divergence = first_divergence({r: b["collectives"] for r, b in parsed.items() if r in alive})
+            held = {r for r in alive if WAITING in parsed[r]["phase"]}
+            divergence = first_divergence({r: b["collectives"] for r, b in parsed.items() if r in alive}, behind=held)
             tail += f"\n{divergence}" if divergence else ""
             return f"multi-rank run stuck ({why}): " + "; ".join(lines) + tail
 
@@ -372,13 +377,18 @@ def _entered_different_collectives(per_rank: Mapping[int, Sequence[str]]) -> boo
     return len(per_rank) > 1 and any(len({seq[i] for seq in per_rank.values()}) > 1 for i in range(shortest))
 
 
-def first_divergence(per_rank: Mapping[int, Sequence[str]]) -> str | None:
-    """The first position where the ranks' collective sequences differ (L3), described."""
+def first_divergence(per_rank: Mapping[int, Sequence[str]], *, behind: Collection[int] = ()) -> str | None:
+    """The first position where the ranks' collective sequences differ (L3), described.
+
+    behind: ranks the harness itself holds (a bounded wait of the scenario):
+    that they have not entered a collective yet is no divergence.
+    """
     if len(per_rank) < 2:
         return None
     longest = max(len(seq) for seq in per_rank.values())
     for index in range(longest):
-        names = {rank: (seq[index] if index < len(seq) else "nothing") for rank, seq in per_rank.items()}
+        names = {rank: (seq[index] if index < len(seq) else "nothing") for rank, seq in per_rank.items()
+                 if index < len(seq) or rank not in behind}
         if len(set(names.values())) > 1:
             detail = ", ".join(f"rank {rank} {name}" for rank, name in sorted(names.items()))
             return f"L3: collective #{index + 1} differs across ranks: {detail}"

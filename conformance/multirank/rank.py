@@ -33,7 +33,7 @@ import torch
 from conformance.adapter import CacheEnv
 from conformance.gates import GateTimeout, InjectedFault
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
-from conformance.multirank.launch import CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
+from conformance.multirank.launch import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
 from conformance.scenarios import assert_loaded_writes
 from spec.clock import ManualClock
@@ -306,14 +306,18 @@ class CacheHandle:
 
     # --- waiting on trace facts ---
 
-    def wait(self, predicate: Callable[[], bool], what: str) -> None:
+    def wait(self, predicate: Callable[[], bool], what: str, *, clause: str | None = None) -> None:
+        """Bounded; `clause`: the rule broken when it never happens (a wait for IO to end: L4)."""
         with self.trace.cond:
             if predicate():
                 return
-        self.ctx.heartbeat.phase(f"{self.ctx.scenario.label} {self.ctx.result.phase}, waiting for {what}")
+        label = f"{clause}: " if clause else ""
+        # WAITING marks a rank held by the harness itself: a hang report does not count its missing collectives (L3).
+        self.ctx.heartbeat.phase(f"{self.ctx.scenario.label} {self.ctx.result.phase}, {label}{WAITING}{what}")
         with self.trace.cond:
             if not self.trace.cond.wait_for(predicate, self.ctx.wait_timeout_s):
-                raise ScenarioFailure(f"rank {self.ctx.rank}: {what} did not happen within {self.ctx.wait_timeout_s}s")
+                raise ScenarioFailure(f"{label}rank {self.ctx.rank}: {what} did not happen within {self.ctx.wait_timeout_s}s")
+        self.ctx.phase(self.ctx.result.phase)
 
     def settle(self, op: str) -> None:
         """Wait until op's hit query ran and its IO is held at the valve, finished, or queued behind a held one."""
@@ -452,7 +456,7 @@ class CacheHandle:
         for op, requested in self.ctx.result.requested.items():
             if requested and op in self.trace.views:
                 view = self.trace.view(op)
-                self.wait(lambda: view.io_done, f"IO of {op} ending after its valve opened")
+                self.wait(lambda: view.io_done, f"IO of {op} ending after its valve opened", clause="L4")
         self.check([])
         self.ctx.phase(f"cache {self.index}: evicting everything")
         self.cache.evict_all()

@@ -153,7 +153,7 @@ def scenario_abort_on_one_rank(ctx: RankContext, aborting_rank: int, peers_level
         h.to("r1", peers_level)
     h.check(["r1", "r2"])
     h.valve.release("r1")  # whatever r1 still holds goes: those loads end and free their slots
-    h.wait(lambda: h.trace.view("r1").io_done, "IO of the dropped r1 ending")
+    h.wait(lambda: h.trace.view("r1").io_done, "IO of the dropped r1 ending", clause="L4")
     h.settle("r2")
     h.to("r2", "done")
     h.check(["r2"])
@@ -219,7 +219,7 @@ def scenario_terminated_on_one_rank(ctx: RankContext, failing_rank: int) -> None
     h.prefetch("r1", tokens)
     if ctx.rank == failing_rank:
         view = h.trace.view("r1")
-        h.wait(lambda: view.terminated and view.io_done, "r1 revoked after its failed load")
+        h.wait(lambda: view.terminated and view.io_done, "r1 revoked after its failed load", clause="L1")
     else:
         h.to("r1", "partial")
     ctx.result.notes["terminated_before_check"] = h.trace.view("r1").terminated
@@ -268,7 +268,7 @@ def scenario_orders(ctx: RankContext, policy: str, cases: Sequence[tuple[tuple[s
             h.to(op, "done")  # a second check, on every rank (the case is known to all)
             finished = h.check([op])
         h.release_all_io()
-        h.wait(lambda: h.trace.view(op).io_done, f"IO of {op} ending")
+        h.wait(lambda: h.trace.view(op).io_done, f"IO of {op} ending", clause="L4")
         if finished.get(op):
             h.load_and_compare(op, tokens, {len(tokens): data})
         outcomes.append((case, finished.get(op)))

@@ -193,3 +193,18 @@ def test_terminate_in_a_check_carries_its_step_and_an_abort_is_a_revoke():
         cc.terminate_prefetch(Operation("r2", pages=2))
     got = [(e.kind, e.op, e.step) for e in trace.events() if e.kind in (EventKind.TERMINATE, EventKind.REVOKE, EventKind.COMMIT)]
     assert got == [(EventKind.TERMINATE, "r1", step), (EventKind.REVOKE, "r2", None), (EventKind.COMMIT, "r2", None)]
+
+
+def test_a_revoked_prefetch_ends_its_io_when_the_prefetch_thread_released_its_slots():
+    """Upstream's prefetch thread queues the revoke, then releases the slots: waiting for the IO covers both."""
+    taps, trace = make_taps()
+    cc = FullController(pages_that_arrive=4)
+    taps.tap_controller(cc)
+    operation = Operation("r1", pages=2)
+    cc.prefetch_queue.put(operation)
+    cc.prefetch_revoke_queue.put("r1")
+    assert not taps.wait_io_done("r1", 0), "the slots are not released yet: a check now would find nothing to free"
+    cc.append_host_mem_release(torch.arange(2 * PS))
+    assert taps.wait_io_done("r1", 0)
+    kinds = [e.kind for e in trace.events() if e.op == "r1"]
+    assert kinds == [EventKind.OP_START, EventKind.REVOKE, EventKind.IO_DONE]

@@ -12,9 +12,12 @@ from conformance.live.tree import locate, parse_option
 from spec.errors import ConfigError
 
 HIRADIX = "class HiRadixCache(RadixCache):\n    pass\n"
+HI_MAMBA = "class HiMambaRadixCache(MambaRadixCache):\n    pass\n"
+NO_HI_MAMBA = "HiMambaRadixCache: sglang/srt/mem_cache/hi_mamba_radix_cache.py does not exist"
 
 
-def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | None = None, unified: bool = False) -> Path:
+def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | None = None, unified: bool = False,
+                   hi_mamba: bool = False) -> Path:
     """A minimal upstream-shaped sglang package under root; returns the package directory."""
     package = root / "sglang"
     mem_cache = package / "srt" / "mem_cache"
@@ -22,6 +25,8 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
     (package / "__init__.py").write_text("")
     if hiradix is not None:
         (mem_cache / "hiradix_cache.py").write_text(hiradix)
+    if hi_mamba:
+        (mem_cache / "hi_mamba_radix_cache.py").write_text(HI_MAMBA)
     if unified:
         (mem_cache / "unified_radix_cache.py").write_text("class UnifiedRadixCache(BasePrefixCache):\n    pass\n")
     if version is not None:
@@ -30,10 +35,10 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
 
 
 def test_checkout_layout_imports_from_python_dir(tmp_path):
-    sglang_package(tmp_path / "python", version="0.5.9")
+    sglang_package(tmp_path / "python", version="0.5.9", hi_mamba=True)
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path / "python"
-    assert tree.classes == ("HiRadixCache",) and tree.missing == ()
+    assert tree.classes == ("HiRadixCache", "HiMambaRadixCache") and tree.missing == ()
     assert tree.label == "0.5.9"
 
 
@@ -43,7 +48,7 @@ def test_wheel_or_site_packages_layout(tmp_path):
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path and tree.label == "0.5.23"
     assert tree.classes == () and tree.unwired == ("UnifiedRadixCache",)
-    assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist",)
+    assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
 
 
 def test_package_directory_itself(tmp_path):
@@ -62,7 +67,7 @@ def test_class_only_in_a_comment_is_missing(tmp_path):
     sglang_package(tmp_path, hiradix="# class HiRadixCache(RadixCache) was removed\nclass UnifiedRadixCache:\n    pass\n")
     tree = locate(str(tmp_path))
     assert tree.classes == ()
-    assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py",)
+    assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py", NO_HI_MAMBA)
 
 
 @pytest.mark.parametrize("value, fragment", [
@@ -106,3 +111,12 @@ def test_adapter_travels_to_rank_processes_by_pickle(tmp_path):
     again = pickle.loads(pickle.dumps(adapter))
     assert again == adapter and again.name == "sglang-live:HiRadixCache@abc"
     assert "multi_rank" in again.capabilities and not again.default_extra_pools
+
+
+def test_each_class_declares_what_its_live_build_offers(tmp_path):
+    sglang_package(tmp_path / "python", hi_mamba=True)
+    by_name = {a.class_name: a for a in adapters_for(locate(f"{tmp_path}@abc"))}
+    assert "pool:mamba" not in by_name["HiRadixCache"].capabilities, "HiRadixCache's only sidecar needs 64-token pages"
+    assert by_name["HiMambaRadixCache"].capabilities == {"multi_rank", "pool:mamba"}
+    assert by_name["HiMambaRadixCache"].default_extra_pools == ("mamba",)
+    assert not any("held_copies" in a.capabilities for a in by_name.values()), "copies are synchronous on CPU: no gate can hold one"
