@@ -205,10 +205,11 @@ _NULL_EVENT = Event(seq=-1, kind=EventKind.STEP, rank=0, t=0.0)
 
 def _as_slot_tuple(slots: Any) -> tuple[int, ...]:
     if hasattr(slots, "tolist"):
-        slots = slots.tolist()
+        slots = slots.tolist()  # ints already: a tensor's or an array's elements
+        return (slots,) if isinstance(slots, int) else tuple(slots)
     if isinstance(slots, int):
         return (slots,)
-    return tuple(int(s) for s in slots)
+    return tuple(map(int, slots))
 
 
 def merge_by_rank(traces: Iterable[Trace]) -> dict[int, Trace]:

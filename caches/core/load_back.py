@@ -60,7 +60,7 @@ class LoadBackPath(CorePart):
             device = self.slots.alloc(DEVICE, KV_GROUP, total)
             if device is None:
                 return None
-            host = torch.cat([p.host_value for p in path])
+            host = path[0].host_value if len(path) == 1 else torch.cat([p.host_value for p in path])
             hashes = [h for p in path for h in p.hash_value]
             for pool in self.pools.token_pools:
                 self.copies.copy(
