@@ -101,6 +101,13 @@ class HierarchicalCache:
         self.specs, self.device_pools, self.host_pools = pools.specs, pools.device, pools.host
         self.token_pools, self.state_pools = pools.token_pools, pools.state_pools
         self.slots = SlotAccounting(self.name, slot_groups(config, pools), self.trace)
+        # Storage first: a bad storage_path is refused before any thread starts.
+        self.storage_namespace = StorageNamespace.of(
+            model_name=config.model_name, dtype=config.dtype, page_size=config.page_size, specs=self.specs,
+            world_size=self.world_size, rank=self.rank,
+        )
+        # An injected backend is the caller's: it chooses its own namespace.
+        self.storage = storage if storage is not None else open_storage(config, self.storage_namespace)
         # On CPU, copies run on a worker thread playing the copy stream, so that a
         # trace gate can hold one (the harness's races). Untraced, nothing can hold
         # or observe a pending copy: they run at once in the caller, which is one of
@@ -110,13 +117,7 @@ class HierarchicalCache:
         self.tree = RadixTree(self.page_size, on_split=self._on_split, device=self.device)
         self.hooks = self.make_hooks()
 
-        # Storage and the threads that move pages to and from it.
-        self.storage_namespace = StorageNamespace.of(
-            model_name=config.model_name, dtype=config.dtype, page_size=config.page_size, specs=self.specs,
-            world_size=self.world_size, rank=self.rank,
-        )
-        # An injected backend is the caller's: it chooses its own namespace.
-        self.storage = storage if storage is not None else open_storage(config, self.storage_namespace)
+        # The threads that move pages to and from storage.
         self.stats = CacheStats()
         acks = BackupAcks(self.reducer)
         self.controller = StorageController(
