@@ -34,33 +34,12 @@ import torch
 
 from caches.core.hashing import page_hashes
 from caches.core.tree_checks import check_tree
-from caches.core.tree_node import (
-    InsertResult,
-    MatchResult,
-    NodeCallback,
-    NodePredicate,
-    Slots,
-    SplitCallback,
-    Tokens,
-    TreeInvariantError,
-    TreeNode,
-    TreeUsageError,
-    as_tokens,
-    as_slots,
-    check_aligned,
-    checked_hashes,
-    concat_slots,
-    non_negative_int,
+from caches.core.tree_node import (  # the node types stay importable from here
+    InsertResult, MatchResult, NodeCallback, NodePredicate, Slots, SplitCallback, Tokens, TreeInvariantError, TreeNode,
+    TreeUsageError, as_slots, as_tokens, check_aligned, checked_hashes, concat_slots, non_negative_int,
 )
 
-__all__ = [
-    "InsertResult",
-    "MatchResult",
-    "RadixTree",
-    "TreeInvariantError",
-    "TreeNode",
-    "TreeUsageError",
-]
+__all__ = ["InsertResult", "MatchResult", "RadixTree", "TreeInvariantError", "TreeNode", "TreeUsageError"]
 
 
 class RadixTree:
