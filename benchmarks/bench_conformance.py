@@ -3,8 +3,10 @@
     python benchmarks/bench_conformance.py [--repeats 1] [-- extra pytest args]
 
 Runs `python -m pytest conformance/ -q -p no:cacheprovider` both ways, alternating,
-and prints the median wall seconds of each and their ratio. Not a test: the
-suite's own tests never time themselves.
+and prints the median wall seconds of each and their ratio, with the
+machine's one-minute load average before each run (other work on a shared
+machine slows both sides, unevenly). Not a test: the suite's own tests never
+time themselves.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ def main() -> int:
     times: dict[str, list[float]] = {"0": [], "auto": []}
     for _ in range(args.repeats):
         for workers in ("0", "auto"):
+            load = os.getloadavg()[0]
             elapsed, code, summary = run(workers, args.extra)
             times[workers].append(elapsed)
-            print(f"-n {workers:<4} {elapsed:7.1f}s  exit {code}  {summary}", flush=True)
+            print(f"-n {workers:<4} {elapsed:7.1f}s  load {load:4.2f}  exit {code}  {summary}", flush=True)
     serial, parallel = statistics.median(times["0"]), statistics.median(times["auto"])
     print()
     print(f"cores: {os.cpu_count()}")

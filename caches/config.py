@@ -50,6 +50,10 @@ class CacheConfig:
     prefetch_capacity_tokens: int = 8192
     load_back_min_tokens: int = 0
     wait_timeout_s: float = 30.0
+    # L4: a transfer (a KV batch, an extra pool's get) still running this long
+    # after it started, on the injected clock, counts as failed at the next
+    # scheduler check; its slots stay excluded until it really returns.
+    io_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("page_size", "device_pages", "host_pages", "state_device_slots", "state_host_slots",
@@ -68,9 +72,10 @@ class CacheConfig:
         object.__setattr__(self, "device", _device(self.device))
         if self.storage_backend == "file" and not self.storage_path:
             raise ConfigError("storage_path", self.storage_path, "a directory path when storage_backend is 'file'")
-        wait = self.wait_timeout_s
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait <= 0:
-            raise ConfigError("wait_timeout_s", wait, "a finite number > 0")
+        for name in ("wait_timeout_s", "io_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(name, value, "a finite number > 0")
         # Validates the policy and the timeout fields (spec clauses C1, C2).
         self.termination  # noqa: B018
 

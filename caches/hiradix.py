@@ -1,13 +1,12 @@
 """hiradix: the plain hierarchical radix cache, KV with an optional INDEXER side pool.
 
-Owns its prefetch-termination code, written in the upstream idiom where the
-pool fields are read with getattr (operations from other code paths may lack
-them). Everything else is the shared core.
+This file holds the cache's prefetch-termination decision
+(`can_terminate_prefetch`), written in the upstream idiom where the pool
+fields are read with getattr (operations from other code paths may lack
+them). Everything else is the shared core (caches/core/cache_base.py).
 """
 
 from __future__ import annotations
-
-from typing import Sequence
 
 from caches.core.cache_base import HierarchicalCache
 from spec.timeout import is_timed_out, timeout_budget
@@ -54,17 +53,3 @@ class HiRadixCache(HierarchicalCache):
         operation_terminated = states[1] == 1
         # Terminate if every rank may stop, or any rank already stopped.
         return can_terminate or operation_terminated
-
-    def check_prefetch_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
-        """One scheduler step over the agreed list of request ids; returns the committed tokens of finished ones."""
-        request_ids = self._checked_request_ids(request_ids)  # one argument rule for every cache
-        step = self._begin_step()
-        finished: dict[str, int] = {}
-        for request_id in request_ids:
-            operation = self.ongoing_prefetch.get(request_id)
-            if operation is None:
-                self._join_untracked(request_id, step)
-                continue
-            if self.can_terminate_prefetch(operation):
-                finished[request_id] = self._commit_prefetch(operation, step)
-        return finished

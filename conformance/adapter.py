@@ -67,6 +67,9 @@ class CacheEnv:
     threshold_pages: int = 1
     write_policy: str = "write_through"
     wait_timeout_s: float = 20.0
+    # L4: a transfer still running this long after it started (on `clock`) counts as failed.
+    # Generous by default: only tests of L4 make a transfer outlive it.
+    io_timeout_s: float = 600.0
 
     @property
     def page_size(self) -> int:

@@ -306,9 +306,13 @@ class WatchedTrace(TraceRecorder):
     def __init__(self, clock: Any, *, rank: int = 0) -> None:
         super().__init__(clock, rank=rank)
         self.changed = threading.Condition()
+        self._seen: set[tuple[EventKind, str | None]] = set()  # (kind, op) and (kind, None) recorded so far
 
     def record(self, kind: EventKind, **fields: Any) -> Event:
         event = super().record(kind, **fields)
+        # Indexed as recorded: waiters re-test on every event, and scanning the
+        # whole trace each time made long runs quadratic.
+        self._seen.update(((event.kind, event.op), (event.kind, None)))
         self.notify()
         return event
 
@@ -322,7 +326,7 @@ class WatchedTrace(TraceRecorder):
                 raise GateTimeout(f"{what} did not happen within {timeout_s}s")
 
     def has(self, kind: EventKind, op: str | None = None) -> bool:
-        return any(e.kind is kind and (op is None or e.op == op) for e in self.events())
+        return (kind, op) in self._seen
 
     def wait_for_event(self, kind: EventKind, op: str | None, timeout_s: float) -> None:
         # An operation whose IO never ends breaks L4 (every transfer ends within a bound).

@@ -9,7 +9,6 @@ reports about itself.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -19,7 +18,7 @@ from conformance.capabilities import require  # noqa: F401 - re-exported for the
 from conformance.gates import GateTimeout, Predicate
 from conformance.scenarios import assert_loaded_bytes, assert_no_violations, request_data, request_tokens, store
 from spec.config import TerminationConfig
-from spec.fence import HitPolicy, PoolProgress, committable_pages
+from spec.fence import HitPolicy, committable_at_terminate
 from spec.trace import LOAD, Event, EventKind, TraceRecorder
 
 PRIMARY_POOL = "kv"
@@ -163,36 +162,11 @@ def op_events(trace: TraceRecorder, op: str, kind: EventKind) -> list[Event]:
 
 
 def fence_tokens(events: Sequence[Event], op: str, pools: Mapping[str, Any], page_size: int) -> int:
-    """What the spec's fence lets one rank commit for `op`, from the trace alone.
-
-    KV pages and every ALL_PAGES pool's pages that a successful load had
-    filled when the operation was terminated (IO still running then counts
-    for nothing), clamped to the hit (F2, F3, F5).
-    """
-    end = next((e for e in events if e.op == op and e.kind in (EventKind.TERMINATE, EventKind.REVOKE)), None)
-    if end is None:
+    """What the spec's fence lets one rank commit for `op`, from the trace alone (spec.fence.committable_at_terminate)."""
+    pages = committable_at_terminate(events, op, {name: pool.hit_policy for name, pool in pools.items()}, page_size)
+    if pages is None:
         raise AssertionError(f"{op} was never terminated or revoked")
-    if end.kind is EventKind.REVOKE:
-        return 0
-    load_ios = {e.io for e in events if e.kind is EventKind.IO_START and e.op == op and e.value == LOAD}
-    loaded: dict[str, set[int]] = defaultdict(set)
-    hit = 0
-    for e in events:
-        if e.seq >= end.seq:
-            break
-        if e.op != op:
-            continue
-        if e.kind is EventKind.HIT:
-            hit = int(e.value)
-        elif e.kind is EventKind.IO_END and e.io in load_ios and e.value:
-            loaded[e.pool].update(e.slots)
-    kv_pages = min(len(loaded[PRIMARY_POOL]) // page_size, hit)
-    extra = [
-        PoolProgress(name, HitPolicy.ALL_PAGES, len(loaded[name]) // page_size)
-        for name, pool in pools.items()
-        if name != PRIMARY_POOL and pool.unit == "token" and pool.hit_policy is HitPolicy.ALL_PAGES
-    ]
-    return committable_pages(kv_pages, extra) * page_size
+    return pages * page_size
 
 
 def assert_commit_within_fence(trace: TraceRecorder, cache, op: str, committed: int, page_size: int, config: TerminationConfig | None = None) -> int:

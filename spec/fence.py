@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from spec.errors import ConfigError
+from spec.trace import LOAD, Event, EventKind
 
 COMMIT_COLLECTIVE = "commit_min"
 HIT_COLLECTIVE = "hit_min"
@@ -161,3 +162,58 @@ def dispose_slots(
             else:
                 now.append(slot)
     return SlotDisposition(tuple(insert), tuple(now), tuple(later))
+
+
+# --- the fence as an oracle over one rank's trace ----------------------------------------
+
+
+def committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[str, HitPolicy | str], page_size: int) -> int | None:
+    """F2 + F3 from the trace alone: the pages `op` could commit on this rank when it was terminated.
+
+    For KV and every ALL_PAGES pool (`pools`: name -> hit policy; "kv" is
+    KV): the leading pages, in the order the operation allocated their slots,
+    whose every slot a load of `op` had filled (IO_END ok) before its
+    TERMINATE; IO still running then counts for nothing (F5). KV is clamped
+    to the last hit length (HIT) before the terminate. A revoked operation,
+    and one terminated outside a scheduler check (an abort, step None: it
+    joins the commit with nothing, X4), can commit 0. None when `op` was
+    never terminated or revoked. Trailing (state) pools do not bound the
+    pages: their state is attached or not (F4).
+    """
+    loads: set[int] = set()
+    allocated: dict[str, list[int]] = {}
+    loaded: dict[str, set[int]] = {}
+    hit = 0
+    for e in events:
+        if e.op != op:
+            continue
+        if e.kind is EventKind.REVOKE:
+            return 0
+        if e.kind is EventKind.TERMINATE:
+            if e.step is None:
+                return UNTRACKED_COMMIT_PAGES
+            pages = min(_leading_pages(allocated.get("kv", []), loaded.get("kv", set()), page_size), hit)
+            extras = [
+                PoolProgress(pool, HitPolicy.ALL_PAGES, _leading_pages(allocated[pool], loaded.get(pool, set()), page_size))
+                for pool, policy in pools.items()
+                if pool != "kv" and pool in allocated and HitPolicy(policy) is HitPolicy.ALL_PAGES
+            ]
+            return committable_pages(pages, extras)
+        if e.kind is EventKind.ALLOC and e.pool is not None:
+            allocated.setdefault(e.pool, []).extend(e.slots)
+        elif e.kind is EventKind.IO_START and e.value == LOAD:
+            loads.add(e.io)
+        elif e.kind is EventKind.IO_END and e.value and e.io in loads:
+            loaded.setdefault(e.pool, set()).update(e.slots)
+        elif e.kind is EventKind.HIT:
+            hit = int(e.value)
+    return None
+
+
+def _leading_pages(slots: Sequence[int], loaded: set[int], page_size: int) -> int:
+    pages = 0
+    for first in range(0, len(slots) - page_size + 1, page_size):
+        if not all(s in loaded for s in slots[first : first + page_size]):
+            break
+        pages += 1
+    return pages

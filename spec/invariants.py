@@ -312,7 +312,7 @@ def _op_infos(ctx: CheckContext) -> dict[str, _OpInfo]:
 def check_l1(ctx: CheckContext) -> Iterator[Violation]:
     """L1: wait_complete ends at the first check after all IO ended, committing the whole hit when IO succeeded."""
     infos = _op_infos(ctx)
-    troubled = _ops_with(ctx, lambda e: e.kind is EventKind.REVOKE or (e.kind is EventKind.IO_END and e.op is not None and not e.value))
+    troubled = _ops_with(ctx, lambda e: e.kind in (EventKind.REVOKE, EventKind.IO_EXPIRED) or (e.kind is EventKind.IO_END and e.op is not None and not e.value))
     for trace in ctx.traces.values():
         done: set[str] = set()
         ended: set[str] = set()
@@ -454,6 +454,62 @@ def check_l3(ctx: CheckContext) -> Iterator[Violation]:
                 yield Violation("L3", f"operation {op}: rank {rank} ran {by_rank.get(rank, [])}, rank {ranks[0]} ran {reference}", event)
 
 
+def _io_bounds(ctx: CheckContext) -> dict[str, float]:
+    """op -> the bound on each of its transfers, as its OP_START states it (io_timeout_s)."""
+    out: dict[str, float] = {}
+    for trace in ctx.traces.values():
+        for e in trace.events:
+            if e.kind is EventKind.OP_START and isinstance(e.value, dict) and e.value.get("io_timeout_s") is not None:
+                out.setdefault(e.op, float(e.value["io_timeout_s"]))
+    return out
+
+
+def check_l4(ctx: CheckContext) -> Iterator[Violation]:
+    """L4: at a check, a load past its bound has ended or counts as failed; its pages are never inserted.
+
+    The check's time is its STEP event's (the bound is judged when the check
+    begins); a load counts as failed from its IO_EXPIRED on, which must come
+    strictly after its bound, and its slots then never enter the tree for
+    that operation.
+    """
+    bounds = _io_bounds(ctx)
+    for trace in ctx.traces.values():
+        step_at: dict[int, float] = {}
+        started: dict[int, Event] = {}
+        closed_at: dict[int, int] = {}  # io -> seq of its first IO_END or IO_EXPIRED
+        failed: set[tuple[str, str, int]] = set()  # (op, pool, slot) of expired loads
+        for e in trace.events:
+            bound = bounds.get(e.op)
+            if e.kind is EventKind.STEP:
+                step_at[e.step] = e.t
+            elif bound is None:
+                continue
+            elif e.kind is EventKind.IO_START and e.value == LOAD:
+                started[e.io] = e
+            elif e.kind in (EventKind.IO_END, EventKind.IO_EXPIRED) and e.io in started:
+                closed_at.setdefault(e.io, e.seq)
+                if e.kind is EventKind.IO_EXPIRED:
+                    since = e.t - started[e.io].t
+                    if since <= bound:
+                        yield Violation("L4", f"a load of {e.op} counted failed {since:.6g}s after it started, within its {bound:.6g}s bound", e)
+                    failed.update((e.op, e.pool, slot) for slot in e.slots)
+            elif e.kind is EventKind.VOTE:
+                now = step_at.get(e.step, e.t)
+                observed = e.seen if e.seen is not None else e.seq
+                for io, start in started.items():
+                    if start.op == e.op and start.seq < observed and closed_at.get(io, observed) >= observed and now - start.t > bound:
+                        yield Violation(
+                            "L4",
+                            f"load {io} of {e.op} ({start.pool}) started {now - start.t:.6g}s before this check, past its "
+                            f"{bound:.6g}s bound, yet it had neither ended nor been counted failed",
+                            e,
+                        )
+            elif e.kind is EventKind.INSERT:
+                for slot in e.slots:
+                    if (e.op, e.pool, slot) in failed:
+                        yield Violation("L4", f"inserted by {e.op} from a load that had been counted failed (past its bound)", e, slot)
+
+
 def _fmt(calls: Sequence[tuple[str, str | None]]) -> str:
     return "[" + ", ".join(f"{name}({op})" for name, op in calls) + "]"
 
@@ -471,6 +527,7 @@ CHECKERS: dict[str, Checker] = {
     "L1": check_l1,
     "L2": check_l2,
     "L3": check_l3,
+    "L4": check_l4,
 }
 
 

@@ -31,6 +31,7 @@ class EventKind(str, Enum):
     REVOKE = "revoke"
     IO_START = "io_start"
     IO_END = "io_end"
+    IO_EXPIRED = "io_expired"
     IO_DONE = "io_done"
     STEP = "step"
     VOTE = "vote"
@@ -59,12 +60,13 @@ IO_DIRECTIONS = (LOAD, BACKUP, LOAD_BACK_COPY, WRITE_BACK_COPY)
 
 # What each kind must carry besides seq, kind, rank and t.
 EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
-    EventKind.OP_START: ("op, value={'policy', 'requested_pages'}", "a prefetch operation was created (start time = t)"),
+    EventKind.OP_START: ("op, value={'policy', 'requested_pages', 'io_timeout_s'?}", "a prefetch operation was created (start time = t; io_timeout_s: the bound on each of its transfers, L4)"),
     EventKind.ALLOC: ("op, pool, space, slots", "slots were allocated for the operation"),
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
     EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
     EventKind.IO_START: ("op?, pool, space, slots, io, value=direction", "a copy into or out of these slots began"),
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
+    EventKind.IO_EXPIRED: ("op, pool, space, slots, io, value=io_timeout_s", "that copy ran past its bound: it counts as failed, its slots stay excluded until its IO_END (L4)"),
     EventKind.IO_DONE: ("op", "the IO thread will start no more IO for the operation"),
     EventKind.STEP: ("step", "a scheduler check began"),
     EventKind.VOTE: ("op, step, value=vote, state, seen?", "this rank's vote and the state it saw (seen: the trace position of that snapshot)"),
@@ -203,10 +205,11 @@ _NULL_EVENT = Event(seq=-1, kind=EventKind.STEP, rank=0, t=0.0)
 
 def _as_slot_tuple(slots: Any) -> tuple[int, ...]:
     if hasattr(slots, "tolist"):
-        slots = slots.tolist()
+        slots = slots.tolist()  # ints already: a tensor's or an array's elements
+        return (slots,) if isinstance(slots, int) else tuple(slots)
     if isinstance(slots, int):
         return (slots,)
-    return tuple(int(s) for s in slots)
+    return tuple(map(int, slots))
 
 
 def merge_by_rank(traces: Iterable[Trace]) -> dict[int, Trace]:

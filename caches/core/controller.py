@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from caches.core.operation import PoolPlan, PrefetchOperation
+from caches.core.operation import InFlightIO, PoolPlan, PrefetchOperation
 from caches.core.pools import PoolSet, tensor_bytes_view
 from caches.core.reducer import Reducer
 from caches.errors import CacheTimeoutError, StorageClosedError, StorageKeyError, StorageTensorError
@@ -232,9 +232,10 @@ class StorageController:
                 break
             ok = self._get(op, start, "kv", hashes[first:last], slots[::ps], ps)
             arrived = _leading(ok)
-            live = op.end_io(start, "kv", slots[: arrived * ps], slots[arrived * ps :], tokens=arrived * ps)
+            if not op.end_io(start, "kv", slots[: arrived * ps], slots[arrived * ps :], tokens=arrived * ps):
+                break  # terminated meanwhile, or the batch ran past its bound (L4): its pages do not count
             loaded += arrived
-            if not live or arrived < last - first:
+            if arrived < last - first:
                 break
         if not op.is_terminated():
             if loaded == 0:
@@ -249,7 +250,7 @@ class StorageController:
         """One multi-pool get for every extra pool, started only after KV (F1 re-check)."""
         ps = self.page_size
         pages = len(hashes)
-        begun: list[tuple[PoolPlan, object, list[int], list[str], list[int], int]] = []
+        begun: list[tuple[PoolPlan, InFlightIO, list[int], list[str], list[int], int]] = []
         for plan in op.pool_transfers:
             if plan.hit_policy is HitPolicy.ALL_PAGES:
                 slots = plan.slots[: pages * ps].tolist()
@@ -270,7 +271,7 @@ class StorageController:
 
         def get_all() -> list[list[bool]]:
             for _, start, *_ in begun:
-                self.trace.gate(start)
+                self.trace.gate(start.event)
             return self.storage.get_v2(transfers)
 
         results = self._storage_call("extra_pool_get", op.request_id, get_all)
@@ -285,12 +286,12 @@ class StorageController:
                 done_pages = pages if arrived else 0
             op.end_io(start, plan.pool, slots[: arrived * width], slots[arrived * width :], pages=done_pages)
 
-    def _get(self, op: PrefetchOperation, start, pool: str, keys: Sequence[str], firsts: Sequence[int], width: int) -> list[bool]:
+    def _get(self, op: PrefetchOperation, start: InFlightIO, pool: str, keys: Sequence[str], firsts: Sequence[int], width: int) -> list[bool]:
         buffer = self.host_pools[pool]
         targets = [buffer.page_view(f, width) for f in firsts]
 
         def get() -> list[bool]:
-            self.trace.gate(start)
+            self.trace.gate(start.event)
             return self.storage.get(list(keys), targets)
 
         ok = self._storage_call(f"{pool}_get", op.request_id, get)

@@ -48,6 +48,19 @@ class CopyError(RuntimeError):
     """A queued copy failed on the copy stream; raised by the handle's wait()."""
 
 
+class _CopyLabel:
+    """A copy's name, formatted on first use (error messages, repr)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: object) -> None:
+        self.parts = parts
+
+    def __str__(self) -> str:
+        pool, src, dst, count, number = self.parts
+        return f"{pool} {src}->{dst} ({count} slots) #{number}"
+
+
 class CopyHandle:
     """Completion of one queued copy.
 
@@ -58,7 +71,7 @@ class CopyHandle:
 
     def __init__(
         self,
-        label: str,
+        label: "str | _CopyLabel",
         is_complete: Callable[[], bool] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -68,7 +81,7 @@ class CopyHandle:
         waiter: "Callable[[float], bool] | None" = None,
         error: "Callable[[], BaseException | None] | None" = None,
     ) -> None:
-        self.label = label
+        self._label = label
         self._waiter = waiter
         self._error = error
         self.event = event
@@ -78,6 +91,10 @@ class CopyHandle:
         self._keepalive = list(keepalive)
         self._complete = is_complete is None
         self._lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        return str(self._label)
 
     def done(self) -> bool:
         if self._complete:
@@ -242,10 +259,8 @@ class CopyEngine:
             )
         count = src_slots.numel()
         if label is None:
-            label = (
-                f"{src.name} {src.torch_device}->{dst.torch_device} ({count} slots) "
-                f"#{next(self._sequence)}"
-            )
+            # Named only when something reports on the copy: formatting it costs more than a small copy.
+            label = _CopyLabel(src.name, src.torch_device, dst.torch_device, count, next(self._sequence))
         if self._cpu_stream is not None:
             return self._cpu_stream.submit(label, lambda: self._copy_now(dst, dst_slots, src, src_slots), on_start)
         if on_start is not None:

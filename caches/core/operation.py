@@ -5,7 +5,10 @@ it, the scheduler votes on a snapshot taken under it and terminates through
 it, so the spec's fence holds by construction:
 - after terminate no IO starts (begin_io refuses) (F1);
 - the progress a commit uses is read atomically with the terminate mark (F2);
-- slots with IO in flight at terminate are freed by whoever ends that IO (F5).
+- slots with IO in flight at terminate are freed by whoever ends that IO (F5);
+- an IO still running past its bound (io_timeout_s) counts as failed: the
+  scheduler expires it at a check (L4); its late result is never used, and
+  its slots stay excluded until it really ends (F5).
 
 Slot ownership: the operation owns its host slots until each one is inserted
 into the tree or freed, exactly once (S3). Pools that share slot numbers (an
@@ -28,6 +31,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from spec.clock import Clock
 from spec.fence import HitPolicy, PoolProgress
 from spec.trace import LOAD, Event, EventKind, HOST, TraceRecorder
 
@@ -54,6 +58,17 @@ class PoolPlan:
     group: str
     per_page: bool = True
     completed_pages: int = 0
+
+
+@dataclass(frozen=True)
+class InFlightIO:
+    """One IO begun through an operation: gate `event` after releasing locks, end it with end_io."""
+
+    event: Event
+    io: int
+    pool: str
+    slots: tuple[int, ...]
+    started: float  # on the operation's clock
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,7 @@ class PrefetchOperation:
         trace: TraceRecorder,
         free_slots: FreeSlots,
         last_node: object = None,
+        clock: Clock | None = None,
     ) -> None:
         self.request_id = request_id
         self.requested_hashes = list(requested_hashes)
@@ -104,6 +120,7 @@ class PrefetchOperation:
         self.start_time = start_time
         self.last_node = last_node
         self.trace = trace
+        self.clock: Clock = clock if clock is not None else trace.clock
         self.lock = threading.Lock()
         self.hash_value: list[str] = []  # hit pages; empty until the hit query ran
         self.completed_tokens = 0
@@ -120,6 +137,8 @@ class PrefetchOperation:
         self._released: list[tuple[str, list[int]]] = []  # (pool, units) released, not yet freed
         self._returnable: dict[str, list[int]] = {}  # group -> units no pool holds any more
         self._in_flight: dict[str, dict[int, int]] = {p: {} for p in self._plans}  # pool -> unit -> io
+        self._open: dict[int, InFlightIO] = {}  # io -> what it is, while in flight
+        self._expired: set[int] = set()  # io ids counted failed (L4); their results are never used
         self._owned: dict[str, set[int]] = {}
         # (group, unit) -> pools of that group still holding it
         self._holders: dict[tuple[str, int], set[str]] = {}
@@ -207,38 +226,78 @@ class PrefetchOperation:
 
     # --- the IO thread ------------------------------------------------------
 
-    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD) -> Event | None:
-        """Start IO into these slots (whole units), or None when terminated (F1). Gate the event after."""
+    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD) -> InFlightIO | None:
+        """Start IO into these slots (whole units), or None when terminated (F1) or an IO expired (L4).
+
+        Gate the returned event after releasing locks.
+        """
         with self.lock:
-            if self._terminated:
+            if self._terminated or self._expired:
                 return None
             io = self.trace.next_io_id()
             for unit in self._units(pool, slots):
                 self._in_flight[pool][unit] = io
-            return self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction)
+            event = self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction)
+            started = InFlightIO(event, io, pool, tuple(int(s) for s in slots), self.clock.now())
+            self._open[io] = started
+            return started
 
-    def end_io(self, start: Event, pool: str, ok_slots: Sequence[int], failed_slots: Sequence[int] = (), *, tokens: int = 0, pages: int | None = None) -> bool:
-        """End an IO begun with begin_io. Publishes progress unless terminated.
+    def end_io(self, start: InFlightIO, pool: str, ok_slots: Sequence[int], failed_slots: Sequence[int] = (), *, tokens: int = 0, pages: int | None = None) -> bool:
+        """End an IO begun with begin_io. Publishes progress unless terminated or expired.
 
         tokens: KV progress to publish; pages: this pool's completed pages.
-        Returns False when the operation was terminated meanwhile: the IO's
-        slots are then released here (F5), since terminate excluded them.
+        Returns False when the operation was terminated meanwhile (the IO's
+        slots are then released here, F5, since terminate excluded them) or
+        when the IO had expired (L4: its result counts as failed).
         """
         with self.lock:
-            io = start.io if start.io is not None else -1
+            io = start.io
             for part, ok in ((ok_slots, True), (failed_slots, False)):
                 if len(part):
                     self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=part, io=io, value=ok)
             units = self._units(pool, ok_slots) + self._units(pool, failed_slots)
             for unit in units:
                 self._in_flight[pool].pop(unit, None)
+            self._open.pop(io, None)
             if self._terminated:
                 self._release(pool, units)
+                return False
+            if io in self._expired:
                 return False
             self.completed_tokens += tokens
             if pages is not None:
                 self._plans[pool].completed_pages = pages
             return True
+
+    def expire_io(self, now: float, bound_s: float) -> list[InFlightIO]:
+        """L4: every IO in flight for more than `bound_s` at `now` counts as failed; returns those.
+
+        Scheduler thread, at a check, before the vote. A failed KV batch trims
+        the hit to the pages already loaded (nothing loaded: the operation is
+        revoked); every extra pool counts as done, with the pages it had. The
+        IO stays in flight (its slots excluded) until it really ends.
+        """
+        with self.lock:
+            expired = [io for io in self._open.values() if io.io not in self._expired and now - io.started > bound_s]
+            if not expired:
+                return []
+            for io in expired:
+                self._expired.add(io.io)
+                self.trace.record(EventKind.IO_EXPIRED, op=self.request_id, pool=io.pool, space=HOST, slots=io.slots, io=io.io, value=bound_s)
+            if self._terminated:
+                return expired
+            if any(io.pool == self._kv.pool for io in expired):
+                loaded = min(self.completed_tokens // self.page_size, len(self.hash_value))
+                if loaded == 0:
+                    self._terminated = True
+                    self.revoked = "io_timeout"
+                    self.trace.record(EventKind.REVOKE, op=self.request_id, value=self.revoked)
+                    self._release_idle()
+                elif loaded < len(self.hash_value):
+                    self.hash_value = self.hash_value[:loaded]
+                    self.trace.record(EventKind.HIT, op=self.request_id, value=loaded)
+            self.pool_transfers_done = True  # no extra pool starts after this: each counts with what it had
+            return expired
 
     def fail_in_flight(self) -> None:
         """End every IO still marked in flight as failed (an IO thread hit an unexpected error).
@@ -256,6 +315,8 @@ class PrefetchOperation:
                     self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=_expand(units, self._width[pool]), io=io, value=False)
                 units = list(in_flight)
                 in_flight.clear()
+                for io in by_io:
+                    self._open.pop(io, None)
                 if self._terminated:
                     self._release(pool, units)
 

@@ -191,7 +191,7 @@ def check_slots(slots: object, num_slots: int, what: str) -> torch.Tensor:
         )
     if slots.numel():
         # On an accelerator this reads two scalars back (a sync): correctness first.
-        low, high = int(slots.min()), int(slots.max())
+        low, high = (int(v) for v in torch.aminmax(slots))
         if low < 0 or high >= num_slots:
             bad = low if low < 0 else high
             raise PoolSlotError(

@@ -1,229 +1,192 @@
-"""The prefetch path on the scheduler's side: start, commit through the fence, abort.
+"""The prefetch path on the scheduler's side: start a prefetch, track it, end it.
 
-Each cache decides *when* to stop waiting in its own `can_terminate_prefetch`
-and `check_prefetch_progress`; *what* may then enter the tree is decided
-here, once, by the spec's fence (spec/fence.py): terminate and snapshot under
-the operation's lock, clamp to every ALL_PAGES pool, agree the length across
-ranks, insert only finished slots, free the rest now or when their IO ends.
+`start` (behind the cache's `prefetch_from_storage`) finds where the
+prefetch attaches (the deepest backed-up match, pinned so host eviction
+cannot take it), takes host slots up front (a shortfall shrinks the
+prefetch to what fits), builds the PrefetchOperation (caches/core/operation.py)
+and hands it to the storage controller's threads (caches/core/controller.py).
+Each scheduler check (caches/core/scheduler_step.py) then decides per
+operation whether to stop waiting, and the commit (caches/core/commit.py)
+inserts what the fence allows. Ended operations whose IO still runs wait
+here, in `draining`, until every rank's IO into them ended (F5).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
-from caches.core.arguments import checked_request_id, checked_request_ids, checked_tokens
+from caches.core.arguments import checked_request_id, checked_tokens
 from caches.core.hashing import page_hashes
-from caches.core.operation import PoolPlan, PrefetchOperation, Progress
+from caches.core.operation import PoolPlan, PrefetchOperation
+from caches.core.parts import CorePart, CoreParts
+from caches.core.reducer import Reducer
+from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.tree import TreeNode
-from caches.errors import CacheArgumentError
-from spec.decision import UNTRACKED_PAYLOAD, VOTE_COLLECTIVE, DecisionState
-from spec.fence import COMMIT_COLLECTIVE, HitPolicy, commit_payload, committable_pages, read_commit, untracked_commit_payload
+from caches.errors import CacheArgumentError, CacheTimeoutError
+from spec.fence import HitPolicy
 from spec.trace import HOST, EventKind
 
-if TYPE_CHECKING:
-    from caches.core.cache_base import HierarchicalCache
 
+class PrefetchPath(CorePart):
+    def __init__(
+        self,
+        parts: CoreParts,
+        *,
+        reducer: Reducer,
+        submit: Callable[[PrefetchOperation], None],
+        operation_class: type[PrefetchOperation] = PrefetchOperation,
+    ) -> None:
+        super().__init__(parts)
+        self.reducer = reducer
+        self._submit = submit
+        self.operation_class = operation_class
+        self.ongoing: dict[str, PrefetchOperation] = {}
+        self.draining: list[PrefetchOperation] = []  # ended, with IO still in flight
+        self.tokens_occupied = 0
 
-class PrefetchPath:
-    def prefetch_from_storage(self: "HierarchicalCache", request_id: str, tokens: Sequence[int]) -> int:
+    # --- starting -------------------------------------------------------------------
+
+    def start(self, request_id: str, tokens: Sequence[int]) -> int:
         """Queue a prefetch of the full pages of `tokens` beyond the deepest backed-up match.
 
         Returns the tokens requested (0 when nothing was queued: too short,
         over the prefetch capacity, or no host room even after eviction).
         """
-        tokens = self._prefetch_arguments(request_id, tokens)
+        checked_request_id(request_id)
+        if request_id in self.ongoing:
+            raise CacheArgumentError("request_id", request_id, "an id with no prefetch in flight")
+        tokens = checked_tokens(tokens)
         ps = self.page_size
-        node = self.tree.match_prefix(tokens).deepest_backed_up_node
-        start = self.tree.depth(node)
+        anchor = self.tree.match_prefix(tokens).deepest_backed_up_node
+        start = self.tree.depth(anchor)
         pages = (len(tokens) - start) // ps
-        pages = min(pages, (self.config.prefetch_capacity_tokens - self.prefetch_tokens_occupied) // ps)
+        pages = min(pages, (self.config.prefetch_capacity_tokens - self.tokens_occupied) // ps)
         if pages < self.config.prefetch_threshold_pages:
             return 0
         # The anchor is pinned before room is made: host eviction must never take
-        # the node this prefetch will hang its pages below.
-        self.tree.pin_host(node)
+        # the node (or the cache's data on it) that this prefetch hangs its pages below.
+        self.tree.pin_host(anchor)
+        self.hooks.pin_prefetch_anchor(request_id, anchor)
         try:
-            op = self._make_prefetch(request_id, tokens[start:], node, pages)
+            op = self._make(request_id, tokens[start:], anchor, pages)
         except BaseException:
-            self.tree.unpin_host(node)
+            self._unpin(request_id, anchor)
             raise
         if op is None:
-            self.tree.unpin_host(node)
+            self._unpin(request_id, anchor)
             return 0
-        self.ongoing_prefetch[request_id] = op
-        self.prefetch_tokens_occupied += len(op.tokens)
+        self.ongoing[request_id] = op
+        self.tokens_occupied += len(op.tokens)
         self.stats.prefetches_started += 1
-        self.controller.submit_prefetch(op)
+        self._submit(op)
         return len(op.tokens)
 
-    def _prefetch_arguments(self: "HierarchicalCache", request_id: str, tokens: Sequence[int]) -> list[int]:
-        self._ensure_usable("prefetch_from_storage")
-        checked_request_id(request_id)
-        if request_id in self.ongoing_prefetch:
-            raise CacheArgumentError("request_id", request_id, "an id with no prefetch in flight")
-        return checked_tokens(tokens)
-
-    def _make_prefetch(self: "HierarchicalCache", request_id: str, missing: list[int], node: TreeNode, pages: int) -> PrefetchOperation | None:
+    def _make(self, request_id: str, missing: list[int], anchor: TreeNode, pages: int) -> PrefetchOperation | None:
         """Host slots up front (a shortfall shrinks the prefetch to what fits), then the operation; None if too little fits."""
         ps = self.page_size
-        host = self.allocators[(HOST, "kv")]
-        if host.free_slots() < pages * ps:
-            self.copies.wait()  # settle thread-timed frees first, as _alloc does
-        if host.free_slots() < pages * ps:
-            self._evict_host(pages * ps - host.free_slots())
-            self.copies.wait()
-        pages = min(pages, host.free_slots() // ps)
+        pages = min(pages, self.slots.ensure_free(HOST, KV_GROUP, pages * ps) // ps)
         if pages < self.config.prefetch_threshold_pages:
             return None
         wanted = missing[: pages * ps]
-        hashes = page_hashes(wanted, ps, prev=node.last_hash)
+        hashes = page_hashes(wanted, ps, prev=anchor.last_hash)
         started = self.clock.now()
         self.trace.record(
             EventKind.OP_START,
             op=request_id,
-            value={"policy": self.prefetch_stop_policy, "start": started, "page_size": ps, "requested_pages": pages},
+            value={"policy": self.config.termination.policy.value, "start": started, "page_size": ps, "requested_pages": pages,
+                   "io_timeout_s": self.config.io_timeout_s},
         )
-        slots = self._alloc(HOST, "kv", pages * ps, op=request_id)
+        slots = self.slots.alloc(HOST, KV_GROUP, pages * ps, op=request_id)
         assert slots is not None  # room was made above
-        extras = [PoolPlan(pool, self.host_pools[pool].spec.hit_policy, slots, "kv") for pool in self.token_pools if pool != "kv"]
-        for pool in self.state_pools:
-            state = self._alloc(HOST, "state", 1, op=request_id)
+        host = self.pools.host
+        extras = [PoolPlan(pool, host[pool].spec.hit_policy, slots, KV_GROUP) for pool in self.pools.token_pools if pool != "kv"]
+        for pool in self.pools.state_pools:
+            state = self.slots.alloc(HOST, STATE_GROUP, 1, op=request_id)
             if state is not None:
-                extras.append(PoolPlan(pool, HitPolicy.TRAILING_PAGES, state, "state", per_page=False))
-        op = PrefetchOperation(
+                extras.append(PoolPlan(pool, HitPolicy.TRAILING_PAGES, state, STATE_GROUP, per_page=False))
+        op = self.operation_class(
             request_id,
             requested_hashes=hashes,
-            kv=PoolPlan("kv", HitPolicy.ALL_PAGES, slots, "kv"),
+            kv=PoolPlan("kv", HitPolicy.ALL_PAGES, slots, KV_GROUP),
             extras=extras,
             page_size=ps,
             start_time=started,
             trace=self.trace,
-            free_slots=self._free_host_from_op,
-            last_node=node,
+            free_slots=self._free_from_op,
+            last_node=anchor,
+            clock=self.clock,
         )
         op.tokens = wanted
         return op
 
-    def release_aborted_request(self: "HierarchicalCache", request_id: str) -> None:
-        """The request is gone: stop its prefetch and return every slot (F8)."""
-        self._ensure_usable("release_aborted_request")
-        self._abort_prefetch(checked_request_id(request_id))
+    def _free_from_op(self, group: str, slots: list[int]) -> None:
+        # Called by PrefetchOperation.drain(), on the scheduler thread only.
+        self.slots.release(HOST, group, slots)
 
-    def _abort_prefetch(self: "HierarchicalCache", request_id: str) -> None:
-        op = self.ongoing_prefetch.get(request_id)
+    def _unpin(self, request_id: str, anchor: TreeNode) -> None:
+        self.hooks.unpin_prefetch_anchor(request_id, anchor)
+        self.tree.unpin_host(anchor)
+
+    # --- while it runs ----------------------------------------------------------------
+
+    def wait_io(self, request_id: str) -> None:
+        """Bounded wait until the IO thread starts nothing more for this prefetch."""
+        checked_request_id(request_id)
+        op = self.ongoing.get(request_id)
+        if op is None:
+            raise CacheArgumentError("request_id", request_id, "the id of a prefetch in flight: " + (", ".join(sorted(self.ongoing)) or "none"))
+        if not op.io_done.wait(self.config.wait_timeout_s):
+            raise CacheTimeoutError(f"{self.who}: IO of prefetch {request_id} not done within {self.config.wait_timeout_s}s")
+
+    def expire(self, now: float) -> None:
+        """L4: every transfer in flight past io_timeout_s counts as failed (a scheduler check runs this)."""
+        for op in self.ongoing.values():
+            op.expire_io(now, self.config.io_timeout_s)
+
+    # --- ending -------------------------------------------------------------------------
+
+    def abort(self, request_id: str) -> None:
+        """The request is gone: stop its prefetch and return every slot (F8)."""
+        op = self.ongoing.get(request_id)
         if op is None:
             return
         op.terminate(None)
         self.trace.record(EventKind.REVOKE, op=request_id, value="abort")
         self.trace.record(EventKind.COMMIT, op=request_id, value=0)
         op.release_idle()
-        self._finish_prefetch(op)
+        self.finish(op)
 
-    # --- helpers for each cache's check_prefetch_progress -------------------------
+    def finish(self, op: PrefetchOperation) -> None:
+        """The operation ended (committed or aborted): free what is idle now, the rest once its IO ended."""
+        # Scheduler thread, agreed point. Read in-flight first: IO ending between
+        # the two calls releases slots after the drain, which a later drain frees.
+        in_flight = op.has_in_flight()
+        op.drain()
+        if in_flight:
+            self.draining.append(op)
+        self._unpin(op.request_id, op.last_node)
+        self.ongoing.pop(op.request_id, None)
+        self.tokens_occupied -= len(op.tokens)
 
-    def _checked_request_ids(self: "HierarchicalCache", request_ids: Sequence[str]) -> list[str]:
-        """check_prefetch_progress's one argument rule, the same in every cache."""
-        self._ensure_usable("check_prefetch_progress")
-        return checked_request_ids(request_ids)
-
-    def _begin_step(self: "HierarchicalCache") -> int:
-        self._step += 1
-        self.trace.record(EventKind.STEP, step=self._step)
-        self.copies.poll()
-        self._drain_finished_ops(self._step)
-        return self._step
-
-    def _drain_finished_ops(self: "HierarchicalCache", step: int | None) -> None:
+    def drain_finished(self, step: int | None) -> None:
         """Free slots of ended operations once their last IO ended, at an agreed step.
 
         One MIN collective every step (a fixed count, so ranks never disagree on
         how many collectives a step runs): the ranks free their ended operations
         together once every rank's are idle.
         """
-        idle = int(all(not op.has_in_flight() for op in self._draining))
+        idle = int(all(not op.has_in_flight() for op in self.draining))
         if self.reducer.all_reduce_min([idle], name="drain_min", step=step)[0]:
-            for op in self._draining:
+            for op in self.draining:
                 op.drain()
-            self._draining = []
+            self.draining = []
 
-    def _record_vote(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, vote: bool, timed_out: bool) -> None:
-        if not self.trace.enabled:
-            return
-        state = DecisionState(
-            policy=self.termination.policy,
-            page_size=self.page_size,
-            hit_pages=len(progress.hash_value),
-            completed_tokens=progress.completed_tokens,
-            timed_out=timed_out,
-            pool_transfers_present=progress.pool_transfers_present,
-            pool_transfers_done=progress.pool_transfers_done,
-            terminated=progress.terminated,
-        )
-        # `seen`: where in the trace the snapshot was taken; IO ending after it was not seen by this vote.
-        self.trace.record(EventKind.VOTE, op=op.request_id, step=self._step, value=bool(vote), state=state, seen=getattr(progress, "trace_position", None))
+    def abort_all(self) -> None:
+        for request_id in list(self.ongoing):
+            self.abort(request_id)
 
-    def _join_untracked(self: "HierarchicalCache", request_id: str, step: int) -> None:
-        """X4: a request this rank no longer tracks still joins its collectives, neutrally."""
-        if self.termination.policy.uses_collective:
-            self.reducer.all_reduce_max(list(UNTRACKED_PAYLOAD), name=VOTE_COLLECTIVE, op=request_id, step=step)
-        self.reducer.all_reduce_min(untracked_commit_payload(len(self.state_pools)), name=COMMIT_COLLECTIVE, op=request_id, step=step)
-
-    def _commit_prefetch(self: "HierarchicalCache", op: PrefetchOperation, step: int) -> int:
-        """The fence: returns the tokens committed to the tree (the same on every rank)."""
-        progress = op.terminate(step)  # F1 + F2
-        kv_pages = min(progress.completed_tokens // self.page_size, len(progress.hash_value))
-        local = committable_pages(kv_pages, progress.pool_progress)  # F3
-        loaded_states = {p.name: p.completed_pages for p in progress.pool_progress if p.hit_policy is HitPolicy.TRAILING_PAGES}
-        payload = commit_payload(local, [loaded_states.get(pool, 0) for pool in self.state_pools])
-        decision = read_commit(self.reducer.all_reduce_min(payload, name=COMMIT_COLLECTIVE, op=op.request_id, step=step))
-        agreed = decision.pages
-        attach = {pool for pool, ok in zip(self.state_pools, decision.trailing_attached) if ok}  # F4, on every rank
-        tokens = agreed * self.page_size
-        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
-        if agreed:
-            self._insert_prefetched(op, progress, agreed, attach)
-        op.release_idle()  # F5: in-flight slots are freed by whoever ends their IO
-        self._finish_prefetch(op)
-        self.stats.storage_hit_tokens += tokens
-        self.stats.prefetches_committed += 1
-        return tokens
-
-    def _insert_prefetched(self: "HierarchicalCache", op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
-        count = pages * self.page_size
-        kv_slots = op.plan("kv").slots[:count]
-        result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[:pages]))
-        duplicates = set(result.duplicate_slots.tolist())
-        inserted = [s for s in kv_slots.tolist() if s not in duplicates]
-        for pool in self.token_pools:
-            op.take_for_insert(pool, inserted)
-            self.trace.record(EventKind.INSERT, op=op.request_id, pool=pool, space=HOST, slots=inserted)
-        if duplicates:
-            for pool in self.token_pools:
-                op.release(pool, sorted(duplicates))
-        node = result.node
-        for plan in op.pool_transfers:
-            if plan.pool in attach:
-                self._attach_prefetched_state(op, node, plan)
-        return node
-
-    def _attach_prefetched_state(self: "HierarchicalCache", op: PrefetchOperation, node: TreeNode, plan: PoolPlan) -> bool:
-        ref = self.states(node).setdefault(plan.pool, self._new_state_ref())
-        if ref.host is not None or node.host_value is None:
-            return False  # the node already carries a state: ours is released with the rest
-        slot = int(plan.slots[0])
-        op.take_for_insert(plan.pool, [slot])
-        self.trace.record(EventKind.INSERT, op=op.request_id, pool=plan.pool, space=HOST, slots=[slot])
-        ref.host = slot
-        return True
-
-    def _finish_prefetch(self: "HierarchicalCache", op: PrefetchOperation) -> None:
-        # Scheduler thread, agreed point: free what is idle now; the rest once its IO ended.
-        # Read in-flight first: IO ending between the two calls releases slots after the drain.
-        in_flight = op.has_in_flight()
-        op.drain()
-        if in_flight:
-            self._draining.append(op)
-        self.tree.unpin_host(op.last_node)
-        self.ongoing_prefetch.pop(op.request_id, None)
-        self.prefetch_tokens_occupied -= len(op.tokens)
-
+    def drain_after_close(self) -> None:
+        """The threads are gone, so no IO is in flight: free what is left, locally."""
+        for op in self.draining:
+            op.drain()
+        self.draining = []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+STATES_KEY = "states"
 
 
 @dataclass
@@ -13,3 +16,8 @@ class StateRef:
     host: int | None = None
     host_ref: int = 0  # pinned by a storage backup or a prefetch
     last_access: int = 0
+
+
+def node_states(node: Any) -> dict[str, StateRef]:
+    """The node's state per state pool (created empty on first use)."""
+    return node.ext.setdefault(STATES_KEY, {})

@@ -28,152 +28,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Union
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from caches.core.hashing import page_hashes
+from caches.core.tree_checks import check_tree
+from caches.core.tree_node import (  # the node types stay importable from here
+    InsertResult, MatchResult, NodeCallback, NodePredicate, Slots, SplitCallback, Tokens, TreeInvariantError, TreeNode,
+    TreeUsageError, as_slots, as_tokens, check_aligned, checked_hashes, concat_slots, non_negative_int,
+)
 
-__all__ = [
-    "InsertResult",
-    "MatchResult",
-    "RadixTree",
-    "TreeInvariantError",
-    "TreeNode",
-    "TreeUsageError",
-]
-
-Tokens = Union[Sequence[int], torch.Tensor]
-Slots = Union[Sequence[int], torch.Tensor]
-NodeCallback = Callable[["TreeNode"], None]
-NodePredicate = Callable[["TreeNode"], bool]
-SplitCallback = Callable[["TreeNode", "TreeNode"], None]
-
-
-class TreeUsageError(ValueError):
-    """A call the tree refuses: misaligned tokens, wrong slot count, bad unlock, ..."""
-
-
-class TreeInvariantError(RuntimeError):
-    """The tree's structure is inconsistent (raised by check_invariants and guards)."""
-
-
-class TreeNode:
-    """One edge of the tree: ``key`` tokens and the per-page data that goes with them."""
-
-    __slots__ = (
-        "id",
-        "key",
-        "children",
-        "parent",
-        "value",
-        "host_value",
-        "hash_value",
-        "lock_ref",
-        "host_ref",
-        "hit_count",
-        "last_access",
-        "ext",
-    )
-
-    def __init__(self, node_id: int, key: tuple[int, ...], parent: TreeNode | None) -> None:
-        self.id = node_id
-        self.key = key
-        # Keyed by the child's first page of tokens.
-        self.children: dict[tuple[int, ...], TreeNode] = {}
-        self.parent = parent
-        self.value: torch.Tensor | None = None
-        self.host_value: torch.Tensor | None = None
-        self.hash_value: list[str] = []
-        self.lock_ref = 0
-        # Host pin of this node only: a prefetch or storage backup reads its host data.
-        self.host_ref = 0
-        self.hit_count = 0
-        self.last_access = 0
-        # Per-cache extension data (for example a mamba state slot).
-        self.ext: dict = {}
-
-    @property
-    def evicted(self) -> bool:
-        return self.value is None
-
-    @property
-    def backuped(self) -> bool:
-        return self.host_value is not None
-
-    @property
-    def last_hash(self) -> str | None:
-        """Hash of this node's last page (None for the root): chains into children."""
-        return self.hash_value[-1] if self.hash_value else None
-
-    def __repr__(self) -> str:
-        return (
-            f"TreeNode(id={self.id}, tokens={len(self.key)}, evicted={self.evicted}, "
-            f"backuped={self.backuped}, lock_ref={self.lock_ref}, host_ref={self.host_ref})"
-        )
-
-
-@dataclass(slots=True)
-class MatchResult:
-    """Outcome of :meth:`RadixTree.match_prefix`.
-
-    ``device_slots`` covers ``[0, len(device_slots))`` of the tokens; the next
-    ``host_hit_tokens`` tokens are only on the host. ``host_node`` is the last matched
-    node (``device_node`` itself when there is no host hit).
-    ``deepest_backed_up_node`` is the deepest matched node whose host copy exists (the
-    root counts as backed up): where a storage prefetch attaches.
-    ``device_slots`` may be a node's own tensor (no copy when one node covers the
-    hit): read it, never write into it.
-    """
-
-    device_slots: torch.Tensor
-    device_node: TreeNode
-    host_node: TreeNode
-    host_hit_tokens: int
-    matched_tokens: int
-    deepest_backed_up_node: TreeNode
-
-    @property
-    def device_hit_tokens(self) -> int:
-        return len(self.device_slots)
-
-
-@dataclass(slots=True)
-class InsertResult:
-    """Outcome of :meth:`RadixTree.insert` and :meth:`RadixTree.insert_host`.
-
-    ``duplicate_slots`` are the caller's slots for the part already present: the
-    caller frees them once no copy into or out of them is pending. ``restored_nodes``
-    took the caller's slots for a part that existed without that copy (an evicted
-    node restored by ``insert``, a device-only node backed up by ``insert_host``).
-    """
-
-    prefix_len: int
-    duplicate_slots: torch.Tensor
-    node: TreeNode
-    new_node: TreeNode | None = None
-    existing_nodes: list[TreeNode] = field(default_factory=list)
-    restored_nodes: list[TreeNode] = field(default_factory=list)
-
-
-def _as_tokens(tokens: Tokens) -> tuple[int, ...]:
-    if isinstance(tokens, tuple):
-        return tokens
-    if isinstance(tokens, torch.Tensor):
-        if tokens.dim() != 1:
-            raise TreeUsageError(
-                f"tokens tensor has shape {tuple(tokens.shape)}: expected one dimension"
-            )
-        return tuple(tokens.tolist())
-    return tuple(tokens)
-
-
-def _non_negative_int(field_name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TreeUsageError(f"{field_name} is {value!r}: expected a non-negative int")
-    return value
+__all__ = ["InsertResult", "MatchResult", "RadixTree", "TreeInvariantError", "TreeNode", "TreeUsageError"]
 
 
 class RadixTree:
@@ -258,7 +124,7 @@ class RadixTree:
         Splits a node when the match ends inside it, so the returned nodes end exactly
         at the matched lengths. Touches the last-access tick of the matched path.
         """
-        key = _as_tokens(tokens)
+        key = as_tokens(tokens)
         page_size = self.page_size
         end = len(key) - len(key) % page_size
         tick = self._tick()
@@ -321,11 +187,11 @@ class RadixTree:
         caller frees them); a present but evicted node takes the new slots.
         Hashes are computed, chained from the parent, when not given.
         """
-        key = _as_tokens(tokens)
-        self._check_aligned(key)
-        slots = self._as_slots("device_slots", device_slots, len(key), self.device)
+        key = as_tokens(tokens)
+        check_aligned(key, self.page_size)
+        slots = as_slots("device_slots", device_slots, len(key), self.device)
         if hashes is not None:
-            hashes = self._checked_hashes(hashes, len(key))
+            hashes = checked_hashes(hashes, len(key), self.page_size)
         tick = self._tick()
         node, steps = self._walk_splitting(self.root, key, tick)
         pos = sum(matched for _, matched in steps)
@@ -364,10 +230,10 @@ class RadixTree:
                 f"parent_node {parent_node!r} is not backed up: host-only nodes must "
                 "hang below a backed-up node (or the root)"
             )
-        key = _as_tokens(tokens)
-        self._check_aligned(key)
-        slots = self._as_slots("host_slots", host_slots, len(key), torch.device("cpu"))
-        checked_hashes = self._checked_hashes(hashes, len(key))
+        key = as_tokens(tokens)
+        check_aligned(key, self.page_size)
+        slots = as_slots("host_slots", host_slots, len(key), torch.device("cpu"))
+        hashes = checked_hashes(hashes, len(key), self.page_size)
         tick = self._tick()
         node, steps = self._walk_splitting(parent_node, key, tick)
         result = InsertResult(prefix_len=0, duplicate_slots=slots[:0], node=node)
@@ -375,7 +241,7 @@ class RadixTree:
         pos = sum(matched for _, matched in steps)
         if pos < len(key):
             new_node = self._add_child(
-                node, key[pos:], checked_hashes[pos // self.page_size :], tick
+                node, key[pos:], hashes[pos // self.page_size :], tick
             )
             new_node.host_value = slots[pos:].clone()
             self._host_tokens += len(new_node.key)
@@ -400,7 +266,7 @@ class RadixTree:
                 result.prefix_len += matched
                 result.existing_nodes.append(step_node)
             pos += matched
-        result.duplicate_slots = self._concat(duplicates, slots[:0])
+        result.duplicate_slots = concat_slots(duplicates, slots[:0])
         return added
 
     def split(self, node: TreeNode, at: int) -> TreeNode:
@@ -435,7 +301,7 @@ class RadixTree:
             raise TreeUsageError(
                 f"node {node!r} has an evicted parent: load ancestors onto the device first"
             )
-        slots = self._as_slots("device_slots", device_slots, len(node.key), self.device)
+        slots = as_slots("device_slots", device_slots, len(node.key), self.device)
         node.value = slots.clone()
         self._device_tokens += len(node.key)
 
@@ -448,7 +314,7 @@ class RadixTree:
             raise TreeUsageError(
                 f"node {node!r} has a parent without backup: back up ancestors first"
             )
-        slots = self._as_slots("host_slots", host_slots, len(node.key), torch.device("cpu"))
+        slots = as_slots("host_slots", host_slots, len(node.key), torch.device("cpu"))
         node.host_value = slots.clone()
         self._host_tokens += len(node.key)
 
@@ -527,7 +393,7 @@ class RadixTree:
         (``on_delete(node)`` frees them, then it leaves the tree). Callbacks run before
         the tree changes, with the node intact.
         """
-        _non_negative_int("num_tokens", num_tokens)
+        non_negative_int("num_tokens", num_tokens)
         root = self.root
 
         def evictable(node: TreeNode) -> bool:
@@ -566,7 +432,7 @@ class RadixTree:
         Candidates are evicted from the device, backed up, childless, unpinned (host
         and device). ``on_delete(node)`` frees the host slots before the node leaves.
         """
-        _non_negative_int("num_tokens", num_tokens)
+        non_negative_int("num_tokens", num_tokens)
         root = self.root
 
         def evictable(node: TreeNode) -> bool:
@@ -604,70 +470,12 @@ class RadixTree:
                 heapq.heappush(heap, (parent.last_access, parent.id, parent))
         return evicted
 
-    # -- invariants ----------------------------------------------------------
-
     def check_invariants(self, *, verify_hashes: bool = False) -> None:
-        """Raise TreeInvariantError on the first inconsistency found.
+        """Raise TreeInvariantError on the first inconsistency (caches/core/tree_checks.py).
 
         ``verify_hashes`` also recomputes every page hash from the tokens (slow).
         """
-        root = self.root
-        page_size = self.page_size
-
-        def fail(node: TreeNode, why: str) -> None:
-            raise TreeInvariantError(f"node {node.id}: {why}")
-
-        if root.key != () or root.parent is not None:
-            fail(root, "the root must have an empty key and no parent")
-        if root.value is None or root.host_value is None:
-            fail(root, "the root must be neither evicted nor without backup")
-        seen_ids = {root.id}
-        node_count = device_tokens = host_tokens = 0
-        for node in self.iter_nodes():
-            parent = node.parent
-            key_len = len(node.key)
-            if parent is None or parent.children.get(node.key[:page_size]) is not node:
-                fail(node, "not reachable from its parent under its first page")
-            if node.id in seen_ids:
-                fail(node, "id used twice")
-            seen_ids.add(node.id)
-            if not isinstance(node.key, tuple) or key_len == 0 or key_len % page_size:
-                fail(node, f"key of {key_len} tokens is not a non-empty multiple of {page_size}")
-            for name, slots in (("value", node.value), ("host_value", node.host_value)):
-                if slots is not None and (
-                    slots.dim() != 1 or slots.dtype != torch.int64 or len(slots) != key_len
-                ):
-                    fail(
-                        node,
-                        f"{name} has shape {tuple(slots.shape)} and dtype {slots.dtype}: "
-                        f"expected int64 of length {key_len}",
-                    )
-            if len(node.hash_value) != key_len // page_size:
-                fail(node, f"{len(node.hash_value)} hashes for {key_len // page_size} pages")
-            if node.lock_ref < 0 or node.host_ref < 0:
-                fail(node, f"negative lock_ref {node.lock_ref} or host_ref {node.host_ref}")
-            if parent.lock_ref < node.lock_ref:
-                fail(node, f"lock_ref {node.lock_ref} exceeds its parent's {parent.lock_ref}")
-            if node.value is None and node.host_value is None:
-                fail(node, "evicted without backup (it must have been deleted)")
-            if node.value is not None and parent.value is None:
-                fail(node, "on the device below an evicted parent")
-            if node.host_value is not None and parent.host_value is None:
-                fail(node, "backed up below a parent without backup")
-            if verify_hashes and node.hash_value != page_hashes(
-                node.key, page_size, prev=parent.last_hash
-            ):
-                fail(node, "hash_value does not match its tokens and prefix")
-            node_count += 1
-            device_tokens += key_len if node.value is not None else 0
-            host_tokens += key_len if node.host_value is not None else 0
-        for name, counted, kept in (
-            ("node_count", node_count, self._node_count),
-            ("device_tokens", device_tokens, self._device_tokens),
-            ("host_tokens", host_tokens, self._host_tokens),
-        ):
-            if counted != kept:
-                raise TreeInvariantError(f"{name} is {kept} but the nodes add up to {counted}")
+        check_tree(self, verify_hashes=verify_hashes)
 
     # -- internals -----------------------------------------------------------
 
@@ -778,46 +586,3 @@ class RadixTree:
             raise TreeUsageError(f"{field_name} is {node!r}: expected a TreeNode")
         if not self.contains(node):
             raise TreeUsageError(f"{field_name} {node!r} is not in this tree (deleted?)")
-
-    def _check_aligned(self, key: tuple[int, ...]) -> None:
-        if len(key) % self.page_size:
-            raise TreeUsageError(
-                f"tokens has {len(key)} ids: expected a multiple of page_size {self.page_size}"
-            )
-
-    def _checked_hashes(self, hashes: Sequence[str], num_tokens: int) -> list[str]:
-        hash_list = list(hashes)
-        expected = num_tokens // self.page_size
-        if len(hash_list) != expected or not all(isinstance(h, str) for h in hash_list):
-            raise TreeUsageError(
-                f"hashes has {len(hash_list)} entries: expected {expected} str, one per page"
-            )
-        return hash_list
-
-    @staticmethod
-    def _as_slots(
-        field_name: str, slots: Slots, expected_len: int, device: torch.device
-    ) -> torch.Tensor:
-        if isinstance(slots, torch.Tensor):
-            if slots.dtype == torch.bool or slots.is_floating_point() or slots.is_complex():
-                raise TreeUsageError(
-                    f"{field_name} has dtype {slots.dtype}: expected integer slot ids"
-                )
-            tensor = slots.to(device=device, dtype=torch.int64)
-        else:
-            tensor = torch.as_tensor(list(slots))
-            if tensor.numel() and (tensor.dtype == torch.bool or tensor.is_floating_point()):
-                raise TreeUsageError(f"{field_name} is {slots!r}: expected integer slot ids")
-            tensor = tensor.to(device=device, dtype=torch.int64)
-        if tensor.dim() != 1 or len(tensor) != expected_len:
-            raise TreeUsageError(
-                f"{field_name} has shape {tuple(tensor.shape)}: expected {expected_len} "
-                "slot ids, one per token"
-            )
-        return tensor
-
-    @staticmethod
-    def _concat(parts: list[torch.Tensor], empty: torch.Tensor) -> torch.Tensor:
-        if not parts:
-            return empty
-        return parts[0] if len(parts) == 1 else torch.cat(parts)

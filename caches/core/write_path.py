@@ -1,35 +1,38 @@
-"""The write path: device data into the tree, backups to host and storage, eviction.
+"""The write path: device data into the tree, backups to host and storage.
 
 Write policies: write_through backs a node up to host on its first hit,
 write_through_selective on its second, write_back only when it is evicted.
 Device->host copies are acknowledged in counts every rank agrees on, then the
-host copy goes to storage on the backup thread, again acknowledged in agreed
-counts. A node stays device-pinned while its copy runs and host-pinned while
-its storage backup runs.
+host copy goes to storage on the backup thread (caches/core/controller.py),
+again acknowledged in agreed counts (BackupAcks). A node stays device-pinned
+while its copy runs and host-pinned while its storage backup runs.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from caches.core.arguments import checked_count, checked_tokens
+from caches.core.agreed_queue import AgreedQueue
+from caches.core.arguments import checked_tokens
 from caches.core.controller import BackupJob
 from caches.core.copies import CopyRecord
-from caches.core.state import StateRef
+from caches.core.parts import CorePart, CoreParts
+from caches.core.reducer import Reducer
+from caches.core.slots import KV_GROUP, STATE_GROUP
+from caches.core.state import node_states
 from caches.core.tree import InsertResult, MatchResult, TreeNode
 from caches.errors import CacheArgumentError, CacheFullError, CacheTimeoutError
 from spec.trace import DEVICE, HOST, WRITE_BACK_COPY
 
-if TYPE_CHECKING:
-    from caches.core.cache_base import HierarchicalCache
-
 HIT_THRESHOLD = {"write_through": 1, "write_through_selective": 2, "write_back": None}
+PENDING_KEY = "pending_write"
 
-__all__ = ["CacheFullError", "HIT_THRESHOLD", "PendingWrite", "WritePath"]
+__all__ = ["BackupAcks", "CacheFullError", "HIT_THRESHOLD", "PendingWrite", "WritePath"]
 
 
 @dataclass
@@ -52,280 +55,262 @@ class PendingWrite:
             if node is tail:
                 cut = len(head.key)
                 self.parts[index : index + 1] = [(head, host[:cut]), (tail, host[cut:])]
-                head.ext["pending_write"] = self
+                head.ext[PENDING_KEY] = self
                 return
 
 
-class WritePath:
-    def write(self: "HierarchicalCache", tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> InsertResult | None:
+class BackupAcks:
+    """Storage backups in flight and their acknowledgements (filled by the backup thread)."""
+
+    def __init__(self, reducer: Reducer) -> None:
+        self.queue: AgreedQueue[BackupJob] = AgreedQueue(reducer, "backup_ack")
+        self.in_flight = 0
+        self._cv = threading.Condition()
+
+    def submitted(self) -> None:
+        with self._cv:
+            self.in_flight += 1
+
+    def arrived(self, job: BackupJob) -> None:
+        # Runs on the backup thread: hand the ack to the scheduler, nothing else.
+        self.queue.put(job)
+        with self._cv:
+            self._cv.notify_all()
+
+    def acknowledged(self) -> None:
+        with self._cv:
+            self.in_flight -= 1
+
+    def wait_all(self, timeout_s: float) -> int:
+        """Bounded wait until every backup in flight has arrived; returns how many are still missing."""
+        with self._cv:
+            self._cv.wait_for(lambda: len(self.queue) >= self.in_flight, timeout_s)
+            return max(self.in_flight - len(self.queue), 0)
+
+
+class WritePath(CorePart):
+    def __init__(self, parts: CoreParts, *, reducer: Reducer, acks: BackupAcks, submit_backup: Callable[[BackupJob], None]) -> None:
+        super().__init__(parts)
+        self.reducer = reducer
+        self.acks = acks
+        self._submit_backup = submit_backup
+        self.pending: list[PendingWrite] = []
+
+    # --- data entering the device tier -------------------------------------------------
+
+    def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> InsertResult | None:
         """A request finished: its data for the full pages of `tokens` enters the device tier.
 
         data[token pool]: [>= full-page tokens, *elem_shape]; data[state pool]
         (optional): [1, *elem_shape], the state after the last full page.
         Everything is checked before a slot is taken: a refused write changes nothing.
         """
-        self._ensure_usable("write")
         tokens = checked_tokens(tokens)
         count = len(tokens) - len(tokens) % self.page_size
         self._check_write_data(data, count)
         if count == 0:
             return None
-        slots = self._alloc(DEVICE, "kv", count)
+        slots = self.slots.alloc(DEVICE, KV_GROUP, count)
         if slots is None:
-            raise CacheFullError(f"{self.name}: device tier cannot hold {count} tokens even after eviction")
+            raise CacheFullError(f"{self.who}: device tier cannot hold {count} tokens even after eviction")
         states: dict[str, int] = {}
+        device = self.pools.device
         try:
-            for pool in self.token_pools:
-                self.device_pools[pool].write(slots, data[pool][:count].to(self.device))
-            for pool in self.state_pools:
+            for pool in self.pools.token_pools:
+                device[pool].write(slots, data[pool][:count].to(device[pool].torch_device))
+            for pool in self.pools.state_pools:
                 if pool in data:
-                    slot = self._alloc(DEVICE, "state", 1)
+                    slot = self.slots.alloc(DEVICE, STATE_GROUP, 1)
                     if slot is None:
                         continue  # no room for the state: the prefix is cached without it
                     states[pool] = int(slot[0])
-                    self.device_pools[pool].write(slot, data[pool].reshape(1, *self.device_pools[pool].spec.elem_shape).to(self.device))
+                    device[pool].write(slot, data[pool].reshape(1, *device[pool].spec.elem_shape).to(device[pool].torch_device))
         except BaseException:
-            self.copies.free(DEVICE, "kv", slots, pools=self.token_pools)
+            self.copies.free(DEVICE, KV_GROUP, slots, pools=self.pools.token_pools)
             for pool, slot in states.items():
-                self.copies.free(DEVICE, "state", [slot], pools=[pool])
+                self.copies.free(DEVICE, STATE_GROUP, [slot], pools=[pool])
             raise
         return self.insert(tokens[:count], slots, states=states)
 
-    def insert(self: "HierarchicalCache", tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None) -> InsertResult:
+    def insert(self, tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None) -> InsertResult:
         result = self.tree.insert(tokens, device_slots)
         if result.duplicate_slots.numel():
             # F9: freed only once no copy into or out of them is pending.
-            self.copies.free(DEVICE, "kv", result.duplicate_slots, pools=self.token_pools)
+            self.copies.free(DEVICE, KV_GROUP, result.duplicate_slots, pools=self.pools.token_pools)
         node = result.node
         for pool, slot in (states or {}).items():
-            ref = self.states(node).setdefault(pool, self._new_state_ref())
+            ref = node_states(node).setdefault(pool, self.hooks.new_state_ref())
             if ref.device is None:
                 ref.device = slot
             else:
-                self.copies.free(DEVICE, "state", [slot], pools=[pool])
+                self.copies.free(DEVICE, STATE_GROUP, [slot], pools=[pool])
         touched = [*result.existing_nodes, *result.restored_nodes]
         if result.new_node is not None:
             touched.append(result.new_node)
         for n in touched:
             n.hit_count += 1
-        self._back_up_by_policy(touched)
+        self.back_up_by_policy(touched)
+        self.hooks.on_insert(node, with_states=bool(states))
         return result
 
-    def match_prefix(self: "HierarchicalCache", tokens: Sequence[int]) -> MatchResult:
-        self._ensure_usable("match_prefix")
-        result = self.tree.match_prefix(checked_tokens(tokens))
-        path = self.tree.path_to(result.device_node)
+    def match(self, tokens: Sequence[int]) -> MatchResult:
+        """The longest usable match; a hit counts towards write-through of the matched path."""
+        full = self.tree.match_prefix(checked_tokens(tokens))
+        path = self.tree.path_to(full.device_node)
         for node in path:
             node.hit_count += 1
-        self._back_up_by_policy(path)
-        return result
+        self.back_up_by_policy(path)
+        return self.hooks.usable_match(full)
 
-    def _new_state_ref(self: "HierarchicalCache") -> StateRef:
-        return StateRef()
-
-    def _check_write_data(self: "HierarchicalCache", data: Any, count: int) -> None:
+    def _check_write_data(self, data: Any, count: int) -> None:
         if not isinstance(data, Mapping):
             raise CacheArgumentError("data", type(data).__name__, "a mapping of pool name to tensor")
         for pool in data:
-            if pool not in self.device_pools:
-                raise CacheArgumentError("data", pool, "pools of this cache: " + ", ".join(self.device_pools))
-        for pool in self.token_pools:
-            spec = self.device_pools[pool].spec
+            if pool not in self.pools.device:
+                raise CacheArgumentError("data", pool, "pools of this cache: " + ", ".join(self.pools.device))
+        for pool in self.pools.token_pools:
+            spec = self.pools.device[pool].spec
             tensor = data.get(pool)
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 + len(spec.elem_shape) or tensor.shape[0] < count or tuple(tensor.shape[1:]) != spec.elem_shape or tensor.dtype != spec.dtype:
                 got = None if tensor is None else (tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
                 raise CacheArgumentError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [>= {count}, {', '.join(map(str, spec.elem_shape))}]")
-        for pool in self.state_pools:
+        for pool in self.pools.state_pools:
             tensor = data.get(pool)
             if tensor is None:
                 continue
-            spec = self.device_pools[pool].spec
+            spec = self.pools.device[pool].spec
             if not isinstance(tensor, torch.Tensor) or tensor.numel() != spec.bytes_per_slot // spec.dtype.itemsize or tensor.dtype != spec.dtype:
                 got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
                 raise CacheArgumentError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [1, {', '.join(map(str, spec.elem_shape))}]")
 
     # --- device -> host ----------------------------------------------------------
 
-    def _back_up_by_policy(self: "HierarchicalCache", nodes: Sequence[TreeNode]) -> None:
+    def writing(self, node: TreeNode) -> bool:
+        """A device->host backup of this node is pending (it must stay on the device)."""
+        return PENDING_KEY in node.ext
+
+    def on_split(self, head: TreeNode, tail: TreeNode) -> None:
+        pending = tail.ext.get(PENDING_KEY)
+        if pending is not None:
+            pending.split(head, tail)
+
+    def back_up_by_policy(self, nodes: Sequence[TreeNode]) -> None:
         threshold = HIT_THRESHOLD[self.config.write_policy]
         if threshold is None:
             return
         for node in nodes:
             if node.hit_count >= threshold:
-                self._write_backup(node)
+                self.back_up(node)
 
-    def _write_backup(self: "HierarchicalCache", node: TreeNode) -> bool:
-        if node is self.tree.root or node.value is None or node.host_value is not None or "pending_write" in node.ext:
+    def back_up(self, node: TreeNode) -> bool:
+        if node is self.tree.root or node.value is None or node.host_value is not None or self.writing(node):
             return False
         parent = node.parent
-        if parent is not self.tree.root and parent.host_value is None and "pending_write" not in parent.ext:
+        if parent is not self.tree.root and parent.host_value is None and not self.writing(parent):
             return False  # backups form a prefix from the root
-        host = self._alloc(HOST, "kv", len(node.key))
+        host = self.slots.alloc(HOST, KV_GROUP, len(node.key))
         if host is None:
             return False
         states: dict[str, int] = {}
-        for pool, ref in self.states(node).items():
+        for pool, ref in node_states(node).items():
             if ref.device is not None and ref.host is None:
-                slot = self._alloc(HOST, "state", 1)
+                slot = self.slots.alloc(HOST, STATE_GROUP, 1)
                 if slot is not None:
                     states[pool] = int(slot[0])
         self.tree.lock(node)
         pending = PendingWrite(parts=[(node, host)], locked=node, states=states)
-        node.ext["pending_write"] = pending
-        for pool in self.token_pools:
+        node.ext[PENDING_KEY] = pending
+        device, host_pools = self.pools.device, self.pools.host
+        for pool in self.pools.token_pools:
             pending.records.append(self.copies.copy(
-                pool=pool, group="kv", direction=WRITE_BACK_COPY,
-                dst=self.host_pools[pool], dst_slots=host, src=self.device_pools[pool], src_slots=node.value,
+                pool=pool, group=KV_GROUP, direction=WRITE_BACK_COPY,
+                dst=host_pools[pool], dst_slots=host, src=device[pool], src_slots=node.value,
             ))
         for pool, slot in states.items():
-            device_slot = self.states(node)[pool].device
+            device_slot = node_states(node)[pool].device
             pending.records.append(self.copies.copy(
-                pool=pool, group="state", direction=WRITE_BACK_COPY,
-                dst=self.host_pools[pool], dst_slots=torch.tensor([slot]),
-                src=self.device_pools[pool], src_slots=torch.tensor([device_slot]),
+                pool=pool, group=STATE_GROUP, direction=WRITE_BACK_COPY,
+                dst=host_pools[pool], dst_slots=torch.tensor([slot]),
+                src=device[pool], src_slots=torch.tensor([device_slot]),
             ))
-        self._pending_writes.append(pending)
+        self.pending.append(pending)
         return True
 
-    def writing_check(self: "HierarchicalCache") -> None:
-        """Apply finished backups, in counts every rank agrees on."""
-        self._ensure_usable("writing_check")
-        self._writing_check()
+    def back_up_before_evict(self) -> None:
+        """write_back: every unlocked node gets its backup before device eviction."""
+        started = [self.back_up(node) for node in self.tree.iter_nodes() if node.lock_ref == 0]
+        if any(started):
+            self.copies.wait()
+            self.writing_check()
 
-    def _writing_check(self: "HierarchicalCache") -> None:
+    def writing_check(self) -> None:
+        """Apply finished backups, in counts every rank agrees on."""
         self.copies.poll()
         ready = 0
-        for pending in self._pending_writes:
+        for pending in self.pending:
             if not pending.done():
                 break
             ready += 1
         take = self.reducer.all_reduce_min([ready], name="write_ack")[0]
-        acked, self._pending_writes = self._pending_writes[:take], self._pending_writes[take:]
+        acked, self.pending = self.pending[:take], self.pending[take:]
         for pending in acked:
             self._ack_write(pending)
-        for job in self.backup_acks.drain():
+        for job in self.acks.queue.drain():
             self._ack_backup(job)
 
-    def _ack_write(self: "HierarchicalCache", pending: PendingWrite) -> None:
+    def _ack_write(self, pending: PendingWrite) -> None:
         ok = pending.ok()
         self.tree.unlock(pending.locked)
         backed_up = []
         for node, host in pending.parts:
-            node.ext.pop("pending_write", None)
+            node.ext.pop(PENDING_KEY, None)
             parent_ok = node.parent is self.tree.root or node.parent.host_value is not None
             if ok and node.host_value is None and parent_ok:
                 self.tree.set_host_value(node, host)
                 backed_up.append(node)
             else:
-                self.copies.free(HOST, "kv", host, pools=self.token_pools)
+                self.copies.free(HOST, KV_GROUP, host, pools=self.pools.token_pools)
         tail = pending.locked
         for pool, slot in pending.states.items():
-            ref = self.states(tail).get(pool)
+            ref = node_states(tail).get(pool)
             if ok and ref is not None and ref.host is None and tail.host_value is not None:
                 ref.host = slot
             else:
-                self.copies.free(HOST, "state", [slot], pools=[pool])
+                self.copies.free(HOST, STATE_GROUP, [slot], pools=[pool])
         for node in backed_up:
-            self._submit_backup(node)
+            self._submit_storage_backup(node)
 
-    def _submit_backup(self: "HierarchicalCache", node: TreeNode) -> None:
-        slots: dict[str, torch.Tensor] = {pool: node.host_value for pool in self.token_pools}
-        per_page = {pool: True for pool in self.token_pools}
-        for pool, ref in self.states(node).items():
+    # --- host -> storage ------------------------------------------------------------
+
+    def _submit_storage_backup(self, node: TreeNode) -> None:
+        slots: dict[str, torch.Tensor] = {pool: node.host_value for pool in self.pools.token_pools}
+        per_page = {pool: True for pool in self.pools.token_pools}
+        for pool, ref in node_states(node).items():
             if ref.host is not None:
                 slots[pool] = torch.tensor([ref.host])
                 per_page[pool] = False
                 ref.host_ref += 1
         self.tree.pin_host(node)
-        job = BackupJob(node_id=node.id, hashes=list(node.hash_value), slots=slots, per_page=per_page, node=node)
-        with self._backup_cv:
-            self._backups_in_flight += 1
-        self.controller.submit_backup(job)
+        self.acks.submitted()
+        self._submit_backup(BackupJob(node_id=node.id, hashes=list(node.hash_value), slots=slots, per_page=per_page, node=node))
 
-    def _backup_done(self: "HierarchicalCache", job: BackupJob) -> None:
-        # Runs on the backup thread: hand the ack to the scheduler, nothing else.
-        self.backup_acks.put(job)
-        with self._backup_cv:
-            self._backup_cv.notify_all()
-
-    def _ack_backup(self: "HierarchicalCache", job: BackupJob) -> None:
+    def _ack_backup(self, job: BackupJob) -> None:
         node = job.node
         self.tree.unpin_host(node)
-        for pool, ref in self.states(node).items():
+        for pool, ref in node_states(node).items():
             if pool in job.slots and ref.host_ref:
                 ref.host_ref -= 1
-        with self._backup_cv:
-            self._backups_in_flight -= 1
+        self.acks.acknowledged()
 
-    def flush(self: "HierarchicalCache") -> None:
+    def flush(self) -> None:
         """Wait (bounded) until every backup begun so far reached host and storage.
 
         A fixed number of collectives per call, so ranks stay in step.
         """
-        self._ensure_usable("flush")
-        self._flush()
-
-    def _flush(self: "HierarchicalCache") -> None:
         self.copies.wait()
-        self._writing_check()
+        self.writing_check()
         timeout = self.config.wait_timeout_s
-        with self._backup_cv:
-            arrived = self._backup_cv.wait_for(lambda: len(self.backup_acks) >= self._backups_in_flight, timeout)
-            missing = self._backups_in_flight - len(self.backup_acks)
-        if not arrived:
-            raise CacheTimeoutError(f"{self.name} rank {self.rank}: {missing} storage backups not acknowledged within {timeout}s (backup thread held or storage stuck)")
-        self._writing_check()
-
-    # --- eviction ------------------------------------------------------------------
-
-    def evict(self: "HierarchicalCache", num_tokens: int) -> int:
-        """Free at least `num_tokens` device tokens if possible, least recently used first; returns tokens evicted."""
-        self._ensure_usable("evict")
-        return self._evict(checked_count("num_tokens", num_tokens))
-
-    def evict_host(self: "HierarchicalCache", num_tokens: int) -> int:
-        """Free at least `num_tokens` host tokens if possible (storage keeps its pages); returns tokens evicted."""
-        self._ensure_usable("evict_host")
-        return self._evict_host(checked_count("num_tokens", num_tokens))
-
-    def _evict(self: "HierarchicalCache", num_tokens: int) -> int:
-        if self.config.write_policy == "write_back":
-            self._back_up_before_evict()
-        return self.tree.evict(num_tokens, on_demote=self._drop_device, on_delete=self._drop_device, can_evict=self._can_evict_device)
-
-    def _evict_host(self: "HierarchicalCache", num_tokens: int) -> int:
-        return self.tree.evict_host(num_tokens, on_delete=self._drop_host, can_evict=self._can_evict_host)
-
-    def evict_all(self: "HierarchicalCache") -> None:
-        """Empty the device and host tiers (storage keeps its pages)."""
-        self._ensure_usable("evict_all")
-        self._flush()
-        self._evict(self.tree.device_tokens())
-        self._evict_host(self.tree.host_tokens())
-        self.copies.wait()
-
-    def _back_up_before_evict(self: "HierarchicalCache") -> None:
-        started = [self._write_backup(node) for node in self.tree.iter_nodes() if node.lock_ref == 0]
-        if any(started):
-            self.copies.wait()
-            self._writing_check()
-
-    def _can_evict_device(self: "HierarchicalCache", node: TreeNode) -> bool:
-        return "pending_write" not in node.ext
-
-    def _can_evict_host(self: "HierarchicalCache", node: TreeNode) -> bool:
-        return all(ref.host_ref == 0 for ref in self.states(node).values())
-
-    def _drop_device(self: "HierarchicalCache", node: TreeNode) -> None:
-        self.copies.free(DEVICE, "kv", node.value, pools=self.token_pools)
-        for pool, ref in self.states(node).items():
-            if ref.device is not None:
-                self.copies.free(DEVICE, "state", [ref.device], pools=[pool])
-                ref.device = None
-
-    def _drop_host(self: "HierarchicalCache", node: TreeNode) -> None:
-        self.copies.free(HOST, "kv", node.host_value, pools=self.token_pools)
-        for pool, ref in self.states(node).items():
-            if ref.host is not None:
-                self.copies.free(HOST, "state", [ref.host], pools=[pool])
-                ref.host = None
+        missing = self.acks.wait_all(timeout)
+        if missing:
+            raise CacheTimeoutError(f"{self.who}: {missing} storage backups not acknowledged within {timeout}s (backup thread held or storage stuck)")
+        self.writing_check()

@@ -8,7 +8,7 @@ One tree, several kinds of per-node data. Each component owns:
 - per-node data under ``node.ext["components"][name]`` (a ComponentData: this
   component's lock counts; the slots themselves stay where the core keeps
   them, so there is one source of truth: ``node.value``/``node.host_value``
-  for token pools, ``cache.states(node)`` for state pools);
+  for token pools, ``node_states(node)`` for state pools);
 - its own LRU order (an OrderedDict keyed by node id, touched on insert and
   match) and its own lock counts per node;
 - hooks the cache calls on insert, split, device eviction and host eviction,
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
-from caches.core.tree import TreeNode
 from caches.core.arguments import checked_count
+from caches.core.copies import CopyTracker
+from caches.core.slots import STATE_GROUP
+from caches.core.state import StateRef, node_states
+from caches.core.tree import RadixTree, TreeNode
 from spec.fence import HitPolicy
 from spec.trace import HOST
-
-if TYPE_CHECKING:
-    from caches.core.cache_base import HierarchicalCache
 
 EXT_KEY = "components"
 
@@ -82,8 +82,8 @@ class ComponentBase:
     # True: a lock covers the node and its ancestors (data spans the prefix).
     lock_covers_prefix: bool = False
 
-    def __init__(self, cache: "HierarchicalCache") -> None:
-        self._cache = cache
+    def __init__(self, tree: RadixTree) -> None:
+        self._tree = tree
         self._lru: OrderedDict[int, TreeNode] = OrderedDict()
 
     # --- per-node data ------------------------------------------------------
@@ -146,7 +146,7 @@ class ComponentBase:
         raise NotImplementedError
 
     def touch(self, node: TreeNode) -> None:
-        if node is self._cache.tree.root:
+        if node is self._tree.root:
             return
         if self.holds_data(node):
             self._lru.pop(node.id, None)
@@ -198,8 +198,9 @@ class FullAttention(ComponentBase):
     hit_policy = HitPolicy.ALL_PAGES
     lock_covers_prefix = True
 
-    def __init__(self, cache: "HierarchicalCache", sidecars: Sequence[str] = ()) -> None:
-        super().__init__(cache)
+    def __init__(self, tree: RadixTree, evict_host: Callable[[int], int], sidecars: Sequence[str] = ()) -> None:
+        super().__init__(tree)
+        self._evict_host = evict_host  # the tree's host eviction, through the cache's eviction
         self.sidecars = tuple(sidecars)
         self.pools = ("kv", *self.sidecars)
 
@@ -220,13 +221,13 @@ class FullAttention(ComponentBase):
 
     def evict_host(self, count: int) -> int:
         """KV cannot be dropped apart from the tree's structure: host eviction is the tree's."""
-        return self._cache._evict_host(checked_count("count", count))
+        return self._evict_host(checked_count("count", count))
 
 
 class Mamba(ComponentBase):
     """The recurrent state after a node's last page (TRAILING_PAGES).
 
-    The slots live in the core's StateRef (``cache.states(node)[pool]``); this
+    The slots live in the core's StateRef (``node_states(node)[pool]``); this
     component adds its LRU and locks, and may drop host states on its own,
     keeping the KV they followed.
     """
@@ -235,13 +236,14 @@ class Mamba(ComponentBase):
     hit_policy = HitPolicy.TRAILING_PAGES
     lock_covers_prefix = False
 
-    def __init__(self, cache: "HierarchicalCache", pool: str = "mamba") -> None:
-        super().__init__(cache)
+    def __init__(self, tree: RadixTree, copies: CopyTracker, pool: str = "mamba") -> None:
+        super().__init__(tree)
+        self._copies = copies
         self.pool = pool
         self.pools = (pool,)
 
-    def _ref(self, node: TreeNode):
-        return self._cache.states(node).get(self.pool)
+    def _ref(self, node: TreeNode) -> StateRef | None:
+        return node_states(node).get(self.pool)
 
     def holds_data(self, node: TreeNode) -> bool:
         ref = self._ref(node)
@@ -254,7 +256,7 @@ class Mamba(ComponentBase):
         otherwise); a host-only end needs a host state, which load-back
         copies with the KV.
         """
-        if node is self._cache.tree.root:
+        if node is self._tree.root:
             return True  # nothing matched: the initial state
         ref = self._ref(node)
         if ref is None:
@@ -286,7 +288,7 @@ class Mamba(ComponentBase):
             data = self._peek(node)
             if ref.host_ref or (data is not None and (data.lock_ref or data.host_ref)):
                 continue
-            self._cache.copies.free(HOST, "state", [ref.host], pools=[self.pool])
+            self._copies.free(HOST, STATE_GROUP, [ref.host], pools=[self.pool])
             ref.host = None
             dropped += 1
             if not self.holds_data(node):
@@ -294,13 +296,14 @@ class Mamba(ComponentBase):
         return dropped
 
 
-def build_components(cache: "HierarchicalCache", extra_pools: Sequence[str]) -> dict[str, ComponentBase]:
+def build_components(
+    tree: RadixTree, copies: CopyTracker, token_pools: Sequence[str], extra_pools: Sequence[str], evict_host: Callable[[int], int]
+) -> dict[str, ComponentBase]:
     """The components for these extra pools: FullAttention always, Mamba when enabled."""
-    sidecars = [pool for pool in cache.token_pools if pool != "kv"]
     components: dict[str, ComponentBase] = {}
-    full = FullAttention(cache, sidecars)
+    full = FullAttention(tree, evict_host, [pool for pool in token_pools if pool != "kv"])
     components[full.name] = full
     if "mamba" in extra_pools:
-        mamba = Mamba(cache)
+        mamba = Mamba(tree, copies)
         components[mamba.name] = mamba
     return components

@@ -22,8 +22,8 @@ back), F7 (window 4), all in conformance/test_windows.py.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Sequence
 
+from caches.core.commit import PrefetchCommit
 from caches.core.operation import PrefetchOperation
 from caches.hiradix import HiRadixCache
 from caches.variants._adapter import VariantAdapter, hiradix_variant
@@ -52,19 +52,45 @@ class UpstreamOperation(PrefetchOperation):
         self.io_done.set()
 
 
+class UnfencedCommit(PrefetchCommit):
+    """Windows 2 and 3: the KV progress read after the vote, not clamped to the extra pools, in-flight IO not excluded."""
+
+    def commit(self, op: PrefetchOperation, step: int) -> int:
+        op.terminate(step)
+        completed_tokens, hash_value = op.completed_tokens, list(op.hash_value)
+        pages = min(completed_tokens // self.page_size, len(hash_value))
+        tokens = self.reducer.all_reduce_min([pages], name="commit_min", op=op.request_id, step=step)[0] * self.page_size
+        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
+        if tokens:
+            self._insert_unfenced(op, tokens, hash_value)
+        op.release_idle()
+        self.prefetches.finish(op)
+        self.stats.storage_hit_tokens += tokens
+        self.stats.prefetches_committed += 1
+        return tokens
+
+    def _insert_unfenced(self, op: PrefetchOperation, tokens: int, hash_value: list[str]) -> None:
+        kv_slots = op.plan("kv").slots[:tokens]
+        result = self.tree.insert_host(op.last_node, op.tokens[:tokens], kv_slots, hash_value[: tokens // self.page_size])
+        duplicates = set(result.duplicate_slots.tolist())
+        inserted = [s for s in kv_slots.tolist() if s not in duplicates]
+        with op.lock:
+            # The slots now belong to the tree, whatever IO still runs into them.
+            for pool in self.token_pools:
+                op._owned[pool].difference_update(inserted)
+            for slot in inserted:
+                op._holders.pop(("kv", slot), None)
+        for pool in self.token_pools:
+            self.trace.record(EventKind.INSERT, op=op.request_id, pool=pool, space=HOST, slots=inserted)
+        if duplicates:
+            for pool in self.token_pools:
+                op.release(pool, sorted(duplicates))
+
+
 class UpstreamWindowsCache(HiRadixCache):
     name = "upstream_windows"
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        submit = self.controller.submit_prefetch
-
-        def submit_upstream(op: PrefetchOperation) -> None:
-            # Before any thread sees it: the operation gets upstream's revoke.
-            op.__class__ = UpstreamOperation
-            submit(op)
-
-        self.controller.submit_prefetch = submit_upstream
+    operation_class = UpstreamOperation  # window 4
+    commit_class = UnfencedCommit  # windows 2 and 3
 
     def can_terminate_prefetch(self, operation) -> bool:
         can_terminate = True
@@ -96,51 +122,6 @@ class UpstreamWindowsCache(HiRadixCache):
         )
         return states[0] == 0 or states[1] == 1
 
-    def check_prefetch_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
-        step = self._begin_step()
-        finished: dict[str, int] = {}
-        for request_id in request_ids:
-            operation = self.ongoing_prefetch.get(request_id)
-            if operation is None:
-                self._join_untracked(request_id, step)
-                continue
-            if self.can_terminate_prefetch(operation):
-                finished[request_id] = self._commit_upstream(operation, step)
-        return finished
-
-    def _commit_upstream(self, op: PrefetchOperation, step: int) -> int:
-        op.terminate(step)
-        # Windows 2 and 3: the KV progress read after the vote, not clamped to
-        # the extra pools, in-flight IO not excluded.
-        completed_tokens, hash_value = op.completed_tokens, list(op.hash_value)
-        pages = min(completed_tokens // self.page_size, len(hash_value))
-        tokens = self.reducer.all_reduce_min([pages], name="commit_min", op=op.request_id, step=step)[0] * self.page_size
-        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
-        if tokens:
-            self._insert_unfenced(op, tokens, hash_value)
-        op.release_idle()
-        self._finish_prefetch(op)
-        self.stats.storage_hit_tokens += tokens
-        self.stats.prefetches_committed += 1
-        return tokens
-
-    def _insert_unfenced(self, op: PrefetchOperation, tokens: int, hash_value: list[str]) -> None:
-        kv_slots = op.plan("kv").slots[:tokens]
-        result = self.tree.insert_host(op.last_node, op.tokens[:tokens], kv_slots, hash_value[: tokens // self.page_size])
-        duplicates = set(result.duplicate_slots.tolist())
-        inserted = [s for s in kv_slots.tolist() if s not in duplicates]
-        with op.lock:
-            # The slots now belong to the tree, whatever IO still runs into them.
-            for pool in self.token_pools:
-                op._owned[pool].difference_update(inserted)
-            for slot in inserted:
-                op._holders.pop(("kv", slot), None)
-        for pool in self.token_pools:
-            self.trace.record(EventKind.INSERT, op=op.request_id, pool=pool, space=HOST, slots=inserted)
-        if duplicates:
-            for pool in self.token_pools:
-                op.release(pool, sorted(duplicates))
-
     def _record_unlocked_vote(self, op: PrefetchOperation, vote: bool, timed_out: bool) -> None:
         if not self.trace.enabled:
             return
@@ -162,4 +143,4 @@ def upstream_windows() -> VariantAdapter:
     return hiradix_variant("upstream_windows", UpstreamWindowsCache)
 
 
-__all__ = ["UpstreamWindowsCache", "UpstreamOperation", "upstream_windows"]
+__all__ = ["UnfencedCommit", "UpstreamWindowsCache", "UpstreamOperation", "upstream_windows"]

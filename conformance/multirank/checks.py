@@ -7,13 +7,13 @@ the scenario conforms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
-from spec.fence import UNTRACKED_COMMIT_PAGES, HitPolicy, PoolProgress, committable_pages
+from spec.fence import committable_at_terminate
 from spec.invariants import check
-from spec.trace import Event, EventKind, Trace
+from spec.trace import EventKind, Trace
 
 if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports these checks
     from conformance.multirank.launch import ScenarioOutcome
@@ -125,52 +125,11 @@ def expected_commit_pages(outcome: ScenarioOutcome, request_id: str, cache: int 
     """
     pages = []
     for r in outcome.ranks:
-        local = _committable_at_terminate(r.traces[cache].events, request_id, r.pools, outcome.ranks[0].configs[cache].page_size)
+        local = committable_at_terminate(r.traces[cache].events, request_id, r.pools, outcome.ranks[0].configs[cache].page_size)
         if local is None:
             return None
         pages.append(local)
     return min(pages)
-
-
-def _committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[str, str], page_size: int) -> int | None:
-    allocs: dict[str, list[int]] = {}
-    ok: dict[str, set[int]] = {}
-    hit = 0
-    for e in events:
-        if e.op != op:
-            continue
-        if e.kind is EventKind.REVOKE:
-            return 0
-        if e.kind is EventKind.TERMINATE:
-            if e.step is None:  # dropped by an abort: it joins the commit with nothing (X4)
-                return UNTRACKED_COMMIT_PAGES
-            kv = min(_leading_pages(allocs.get("kv", []), ok.get("kv", set()), page_size), hit)
-            extras = []
-            for pool, policy in pools.items():
-                if pool == "kv" or pool not in allocs:
-                    continue
-                if HitPolicy(policy) is HitPolicy.ALL_PAGES:
-                    extras.append(PoolProgress(pool, policy, _leading_pages(allocs[pool], ok.get(pool, set()), page_size)))
-                else:
-                    loaded = bool(allocs[pool]) and allocs[pool][0] in ok.get(pool, set())
-                    extras.append(PoolProgress(pool, policy, hit if loaded else 0))
-            return committable_pages(kv, extras)
-        if e.kind is EventKind.ALLOC and e.pool is not None:
-            allocs.setdefault(e.pool, []).extend(e.slots)
-        elif e.kind is EventKind.IO_END and e.value:
-            ok.setdefault(e.pool, set()).update(e.slots)
-        elif e.kind is EventKind.HIT:
-            hit = int(e.value)
-    return None
-
-
-def _leading_pages(slots: Sequence[int], ok: set[int], page_size: int) -> int:
-    pages = 0
-    for first in range(0, len(slots) - page_size + 1, page_size):
-        if not all(s in ok for s in slots[first : first + page_size]):
-            break
-        pages += 1
-    return pages
 
 
 def _commit_oracle_problems(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:

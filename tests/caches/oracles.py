@@ -55,7 +55,7 @@ class Oracle:
             for ref in cache.states(node).values():
                 held[f"{DEVICE}:state"] += ref.device is not None
                 held[f"{HOST}:state"] += ref.host is not None
-        for pending in cache._pending_writes:
+        for pending in cache.write_path.pending:
             held[f"{HOST}:kv"] += sum(len(host) for _, host in pending.parts)
             held[f"{HOST}:state"] += len(pending.states)
         return held
@@ -64,7 +64,7 @@ class Oracle:
     def held(cls, cache) -> dict[str, int]:
         """tree_held, plus prefetch operations (ongoing or draining) and frees waiting on copies."""
         held = cls.tree_held(cache)
-        for op in [*cache.ongoing_prefetch.values(), *cache._draining]:
+        for op in [*cache.ongoing_prefetch.values(), *cache.prefetches.draining]:
             for group, count in op.allocated_slots().items():
                 held[f"{HOST}:{group}"] += count
         for (space, group), count in cache.copies.deferred_slots().items():

@@ -766,7 +766,7 @@ def test_io_ending_between_drain_and_the_in_flight_check_leaks_no_slot(rig, monk
     tokens = tokens_of(60, 3)
     store(cache, tokens, data_for(cache, len(tokens), 60))
     hold = rig.gate.hold("second kv batch", nth(io_start("kv"), 2))
-    real_free = cache._free_host_from_op
+    real_free = cache.prefetches._free_from_op
     ended: list[bool] = []
 
     def free_then_let_the_io_end(group, slots):
@@ -777,7 +777,7 @@ def test_io_ending_between_drain_and_the_in_flight_check_leaks_no_slot(rig, monk
             hold.release()
             assert op.io_done.wait(WAIT_S), "held IO did not end"
 
-    monkeypatch.setattr(cache, "_free_host_from_op", free_then_let_the_io_end)
+    monkeypatch.setattr(cache.prefetches, "_free_from_op", free_then_let_the_io_end)
     assert cache.prefetch_from_storage("r1", tokens) == 3 * PS
     op = cache.ongoing_prefetch["r1"]
     hold.wait_reached()

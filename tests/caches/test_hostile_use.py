@@ -250,3 +250,20 @@ def test_one_exception_hierarchy_is_exported_from_caches():
     from caches.core.write_path import CacheFullError
 
     assert CacheFullError is caches.CacheFullError and issubclass(CopyTimeout, caches.CacheTimeoutError)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unusable_storage_path_is_refused_before_any_thread_starts(name, tmp_path):
+    import threading
+
+    from caches.registry import build
+    from spec.trace import TraceRecorder
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    before = set(threading.enumerate())
+    extra = {"hiradix": (), "unified_radix": (), "hi_mamba_radix": ("mamba",)}[name]
+    with pytest.raises(ValueError, match="storage_path") as refused:
+        build(name, {"page_size": 4, "storage_path": str(blocker), "extra_pools": extra}, trace=TraceRecorder())
+    one_line(refused.value)
+    assert set(threading.enumerate()) - before == set(), "a refused cache left a thread running"

@@ -225,7 +225,7 @@ def test_lru_follows_insert_and_match_and_forgets_deleted_nodes(tmp_path):
         assert cache.components["mamba"].lru_order() == [a.id]  # b carries no state
         cache.match_prefix(first)
         assert cache.components["full_attention"].lru_order() == [b.id, a.id]
-        cache.tree.evict(cache.tree.device_tokens(), on_demote=cache._drop_device, on_delete=cache._drop_device)
+        cache.tree.evict(cache.tree.device_tokens(), on_demote=cache.eviction.drop_device, on_delete=cache.eviction.drop_device)
         assert cache.tree.node_count() == 0
         assert cache.components["full_attention"].lru_order() == []
         assert cache.components["mamba"].lru_order() == []

@@ -1,6 +1,8 @@
 import pytest
 
-from spec import ConfigError, HitPolicy, PoolProgress, agreed_pages, committable_pages, dispose_slots, trailing_attached
+from spec import ConfigError, EventKind as K, HitPolicy, ManualClock, PoolProgress, TraceRecorder, agreed_pages, committable_pages, dispose_slots, trailing_attached
+from spec.fence import committable_at_terminate
+from spec.trace import HOST, LOAD
 
 
 def test_commit_clamped_to_every_all_pages_pool():
@@ -69,3 +71,76 @@ def test_commit_payload_agrees_pages_and_trailing_states_in_one_min():
     assert read_commit(gone).pages == 0 and read_commit(gone).trailing_attached == (False,)
     with pytest.raises(ConfigError):
         read_commit([3, 1])
+
+
+# --- the fence as an oracle over a trace ------------------------------------------------------
+
+ORACLE_PS = 2
+POOLS = {"kv": "all_pages", "indexer": "all_pages", "mamba": "trailing_pages"}
+
+
+class OpTrace:
+    """One operation of 3 pages (slots 10..15) with an indexer sharing its slots and one mamba state slot."""
+
+    def __init__(self):
+        self.rec = TraceRecorder(ManualClock())
+        for pool in ("kv", "indexer"):
+            self.r(K.ALLOC, pool=pool, space=HOST, slots=range(10, 16))
+        self.r(K.ALLOC, pool="mamba", space=HOST, slots=[3])
+        self.r(K.HIT, value=3)
+
+    def r(self, kind, **kw):
+        kw.setdefault("op", "r1")
+        return self.rec.record(kind, **kw)
+
+    def load(self, pool, slots, ok=True, end=True):
+        io = self.rec.next_io_id()
+        self.r(K.IO_START, pool=pool, space=HOST, slots=slots, io=io, value=LOAD)
+        if end:
+            self.r(K.IO_END, pool=pool, space=HOST, slots=slots, io=io, value=ok)
+
+    def pages(self, pools=POOLS):
+        return committable_at_terminate(self.rec.events(), "r1", pools, ORACLE_PS)
+
+
+def test_oracle_commits_the_leading_pages_every_all_pages_pool_finished_before_terminate():
+    t = OpTrace()
+    t.load("kv", [10, 11, 12, 13, 14, 15])
+    t.load("indexer", [10, 11, 12, 13])
+    t.load("mamba", [3], ok=False)  # a trailing state does not bound the pages (F4 decides its attachment)
+    t.r(K.TERMINATE, step=1, value=6)
+    t.load("indexer", [14, 15])  # after terminate: counts for nothing
+    assert t.pages() == 2
+    assert t.pages({"kv": "all_pages"}) == 3  # without the indexer, KV alone
+
+
+def test_oracle_counts_no_page_with_io_in_flight_or_failed_and_only_a_leading_run():
+    t = OpTrace()
+    t.load("kv", [10, 11], ok=False)
+    t.load("kv", [12, 13, 14, 15])  # a later page loaded does not make an earlier one loaded
+    t.r(K.TERMINATE, step=1, value=4)
+    assert t.pages({"kv": "all_pages"}) == 0
+    t = OpTrace()
+    t.load("kv", [10, 11, 12, 13])
+    t.load("kv", [14, 15], end=False)  # still running at terminate (F5)
+    t.r(K.TERMINATE, step=1, value=4)
+    assert t.pages({"kv": "all_pages"}) == 2
+
+
+def test_oracle_clamps_to_the_hit_and_zeroes_revokes_and_aborts():
+    t = OpTrace()
+    t.load("kv", [10, 11, 12, 13, 14, 15])
+    t.r(K.HIT, value=1)  # trimmed after a failure
+    t.r(K.TERMINATE, step=1, value=2)
+    assert t.pages({"kv": "all_pages"}) == 1
+    revoked = OpTrace()
+    revoked.load("kv", [10, 11])
+    revoked.r(K.REVOKE, value="short_hit")
+    assert revoked.pages() == 0
+    aborted = OpTrace()
+    aborted.load("kv", [10, 11])
+    aborted.r(K.TERMINATE, step=None, value=2)  # outside a check: joins the commit with nothing (X4)
+    assert aborted.pages({"kv": "all_pages"}) == 0
+    running = OpTrace()
+    running.load("kv", [10, 11])
+    assert running.pages() is None

@@ -26,8 +26,11 @@ class Run:
         kw.setdefault("op", self.op)
         return self.rec.record(kind, **kw)
 
-    def start(self, pages=2):
-        self.r(K.OP_START, value={"policy": self.policy.value, "start": self.clock.now(), "page_size": PAGE, "requested_pages": pages})
+    def start(self, pages=2, io_timeout_s=None):
+        value = {"policy": self.policy.value, "start": self.clock.now(), "page_size": PAGE, "requested_pages": pages}
+        if io_timeout_s is not None:
+            value["io_timeout_s"] = io_timeout_s
+        self.r(K.OP_START, value=value)
         self.r(K.ALLOC, pool="kv", space=HOST, slots=KV)
         self.r(K.ALLOC, pool="indexer", space=HOST, slots=KV)
         self.r(K.COLLECTIVE, value=HIT_COLLECTIVE)
@@ -378,3 +381,71 @@ def test_device_space_io_guards_load_back():
     run.r(K.FREE, op=None, pool="kv", space=DEVICE, slots=(5,))
     violations = check(run.trace(), CFG, clauses=["S3"])
     assert len(violations) == 1 and violations[0].slot == 5
+
+
+# --- L4: every transfer ends within a bound ----------------------------------------------
+
+BOUND = 5.0
+
+
+def hung_sidecar_run(*, expire_at=None, advance=BOUND + 1.0):
+    """KV loaded; the indexer get hangs; a check `advance` seconds later; expired at `expire_at` seconds after it began."""
+    run = Run().start(io_timeout_s=BOUND)
+    run.io("kv", KV)
+    hung = run.io("indexer", KV, end=False)
+    begun = run.clock.now()
+    if expire_at is not None:
+        run.clock.set(begun + expire_at)
+        run.r(K.IO_EXPIRED, pool="indexer", space=HOST, slots=KV, io=hung, value=BOUND)
+    run.clock.set(begun + advance)
+    return run, hung
+
+
+def test_l4_a_hung_sidecar_counted_failed_at_the_check_past_its_bound_holds():
+    run, hung = hung_sidecar_run()
+    run.step += 1
+    run.r(K.STEP, op=None, step=run.step)
+    run.r(K.IO_EXPIRED, pool="indexer", space=HOST, slots=KV, io=hung, value=BOUND)
+    state = run.state(pools_done=True)
+    run.r(K.VOTE, step=run.step, value=True, state=state)
+    run.r(K.TERMINATE, step=run.step, value=4)
+    run.r(K.COMMIT, step=run.step, value=0)  # clamped to the indexer's 0 pages (F3)
+    run.end_io(hung, "indexer", KV)  # the read returns long after: its slots are freed only now (F5)
+    run.r(K.IO_DONE)
+    for pool in ("kv", "indexer"):
+        run.r(K.FREE, pool=pool, space=HOST, slots=KV)
+    assert check(run.trace(), CFG) == []
+
+
+def test_l4_a_vote_past_the_bound_with_the_load_still_running_is_caught():
+    run, hung = hung_sidecar_run()
+    run.check_step(False, run.state(pools_done=False), terminate=False)
+    violations = check(run.trace(), CFG, clauses=["L4"])
+    assert len(violations) == 1, violations
+    assert "past its 5s bound" in violations[0].message and f"load {hung} of r1 (indexer)" in violations[0].message
+
+
+def test_l4_a_vote_within_the_bound_owes_nothing():
+    run, _ = hung_sidecar_run(advance=BOUND)  # exactly at the bound: not past it
+    run.check_step(False, run.state(pools_done=False), terminate=False)
+    assert check(run.trace(), CFG, clauses=["L4"]) == []
+
+
+def test_l4_counting_a_load_failed_within_its_bound_is_caught():
+    run, _ = hung_sidecar_run(expire_at=BOUND)
+    violations = check(run.trace(), CFG, clauses=["L4"])
+    assert len(violations) == 1 and "within its 5s bound" in violations[0].message
+
+
+def test_l4_inserting_pages_of_a_load_counted_failed_is_caught():
+    run = Run().start(io_timeout_s=BOUND)
+    hung = run.io("kv", KV, end=False)
+    run.clock.advance(BOUND + 1.0)
+    run.r(K.IO_EXPIRED, pool="kv", space=HOST, slots=KV, io=hung, value=BOUND)
+    run.end_io(hung, "kv", KV)  # it did return, with good bytes: too late to count
+    run.io("indexer", KV)
+    run.r(K.IO_DONE)
+    run.check_step(True, run.state(), terminate=True).insert()
+    violations = check(run.trace(), CFG, clauses=["L4"])
+    assert {v.event.pool for v in violations} == {"kv"} and {v.slot for v in violations} == set(KV)
+    assert all("counted failed" in v.message for v in violations)

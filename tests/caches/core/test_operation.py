@@ -343,3 +343,43 @@ def test_fail_in_flight_ends_every_open_io_and_frees_after_terminate():
     assert h.op.owned_slots() == {}
     assert h.free_kv_slots() == 8 * PS  # kv and indexer both let go: every slot number returned
     assert h.violations() == []
+
+
+# --- L4: a transfer past its bound counts as failed ------------------------------------------
+
+
+def test_expiry_waits_for_the_bound_then_counts_a_running_kv_batch_failed():
+    h = Harness(pages=3)
+    h.op.set_hit(3)
+    first = h.op.begin_io("kv", h.page(0))
+    assert h.op.end_io(first, "kv", h.page(0), tokens=PS)
+    second = h.op.begin_io("kv", h.page(1))  # started at t=10.0 on the trace's clock
+    assert h.op.expire_io(15.0, 5.0) == []  # exactly at the bound: not past it
+    (expired,) = h.op.expire_io(15.5, 5.0)
+    assert expired.io == second.io
+    p = h.op.progress()
+    assert p.hash_value == tuple(h.op.requested_hashes[:1]) and p.completed_tokens == PS  # the hit is what arrived
+    assert p.pool_transfers_done and not p.terminated  # the indexer counts as done, with its 0 pages
+    assert h.op.has_in_flight(), "an expired transfer still runs: its slots stay excluded (F5)"
+    assert h.op.begin_io("indexer", h.page(0)) is None, "nothing starts after a transfer failed"
+    assert h.op.expire_io(20.0, 5.0) == []  # counted once
+    # It returns late, with good bytes: too late to count.
+    assert not h.op.end_io(second, "kv", h.page(1), tokens=PS)
+    assert h.op.progress().completed_tokens == PS and not h.op.has_in_flight()
+    kinds = [e.kind for e in h.trace.events() if e.op == "r1"]
+    assert EventKind.IO_EXPIRED in kinds and kinds.index(EventKind.IO_EXPIRED) < max(i for i, k in enumerate(kinds) if k is EventKind.IO_END)
+
+
+def test_expiry_with_nothing_loaded_revokes_and_frees_the_hung_slots_only_when_the_io_returns():
+    h = Harness(pages=2)
+    h.op.set_hit(2)
+    hung = h.op.begin_io("kv", h.page(0) + h.page(1))
+    h.op.expire_io(100.0, 5.0)
+    p = h.op.progress()
+    assert p.terminated and p.pool_transfers_done and h.op.revoked == "io_timeout"
+    h.op.drain()
+    assert h.frees("kv") == [] and h.free_kv_slots() == 8 * PS - 2 * PS, "slots of a running transfer were freed"
+    assert not h.op.end_io(hung, "kv", (), h.page(0) + h.page(1))
+    h.op.drain()
+    assert sorted(h.frees("kv")) == sorted(h.page(0) + h.page(1)) and h.free_kv_slots() == 8 * PS
+    assert h.violations() == []

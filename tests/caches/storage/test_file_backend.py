@@ -6,6 +6,8 @@ import threading
 import pytest
 import torch
 
+from caches.storage import file_backend
+
 from caches.storage import FileStorage, StorageConfigError
 from caches.storage.file_backend import FILE_HEADER, FILE_MAGIC, namespace_tag
 from caches.storage.integrity import CHECKSUMS, bound_checksum, checksum
@@ -177,7 +179,8 @@ def test_concurrent_writers_of_one_key_leave_a_complete_file(store, helpers):
 
 
 @pytest.mark.parametrize("read_threads", [1, 2, 3])
-def test_parallel_reads_keep_order_misses_and_faults(tmp_path, read_threads):
+def test_parallel_reads_keep_order_misses_and_faults(tmp_path, read_threads, monkeypatch):
+    monkeypatch.setattr(file_backend, "PARALLEL_READ_MIN_BYTES", 0)  # these small pages go to the helpers too
     storage = FileStorage(tmp_path / "pages", read_threads=read_threads)
     keys = [f"{i:064x}" for i in range(1, 8)]
     pages = [torch.full((4,), float(i)) for i in range(7)]
@@ -192,6 +195,23 @@ def test_parallel_reads_keep_order_misses_and_faults(tmp_path, read_threads):
     assert [fault.key for fault in storage.faults] == [keys[3]]
     storage.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("FileStorage-read")]
+
+
+def readers() -> set:
+    return {t for t in threading.enumerate() if t.name.startswith("FileStorage-read")}
+
+
+def test_a_small_batch_is_read_by_the_caller_alone(tmp_path):
+    before = readers()
+    storage = FileStorage(tmp_path / "pages", read_threads=3)
+    keys = [f"{i:064x}" for i in range(1, 5)]
+    pages = [torch.full((4,), float(i)) for i in range(4)]
+    assert storage.set(keys, pages) == [True] * 4
+    targets = [torch.zeros(4) for _ in keys]
+    assert storage.get(keys, targets) == [True] * 4
+    assert all(torch.equal(t, p) for t, p in zip(targets, pages))
+    assert not readers() - before, "a helper thread started for a 64-byte batch"
+    storage.close()
 
 
 def test_read_threads_validated(tmp_path):

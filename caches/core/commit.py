@@ -1,0 +1,80 @@
+"""The commit: what a terminated prefetch puts into the tree, through the spec's fence.
+
+Each cache decides *when* to stop waiting (its own `can_terminate_prefetch`);
+*what* may then enter the tree is decided here, once, by the fence
+(spec/fence.py): terminate and snapshot under the operation's lock (F1, F2),
+clamp to every ALL_PAGES pool (F3), agree the length and the trailing
+states across ranks in one MIN collective (S4, F4), insert only finished
+slots into the tree (RadixTree.insert_host), and free the rest now or when
+their IO ends (F5).
+"""
+
+from __future__ import annotations
+
+from caches.core.operation import PoolPlan, PrefetchOperation, Progress
+from caches.core.parts import CorePart, CoreParts
+from caches.core.prefetch_path import PrefetchPath
+from caches.core.reducer import Reducer
+from caches.core.state import node_states
+from caches.core.tree import TreeNode
+from spec.fence import COMMIT_COLLECTIVE, HitPolicy, commit_payload, committable_pages, read_commit
+from spec.trace import HOST, EventKind
+
+
+class PrefetchCommit(CorePart):
+    def __init__(self, parts: CoreParts, *, reducer: Reducer, prefetches: PrefetchPath) -> None:
+        super().__init__(parts)
+        self.token_pools = parts.pools.token_pools
+        self.state_pools = parts.pools.state_pools
+        self.reducer = reducer
+        self.prefetches = prefetches
+
+    def commit(self, op: PrefetchOperation, step: int) -> int:
+        """Terminate `op` and insert what the fence allows; returns the tokens committed (the same on every rank)."""
+        progress = op.terminate(step)  # F1 + F2
+        kv_pages = min(progress.completed_tokens // self.page_size, len(progress.hash_value))
+        local = committable_pages(kv_pages, progress.pool_progress)  # F3
+        loaded_states = {p.name: p.completed_pages for p in progress.pool_progress if p.hit_policy is HitPolicy.TRAILING_PAGES}
+        payload = commit_payload(local, [loaded_states.get(pool, 0) for pool in self.state_pools])
+        decision = read_commit(self.reducer.all_reduce_min(payload, name=COMMIT_COLLECTIVE, op=op.request_id, step=step))
+        agreed = decision.pages
+        attach = {pool for pool, ok in zip(self.state_pools, decision.trailing_attached) if ok}  # F4, on every rank
+        tokens = agreed * self.page_size
+        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
+        if agreed:
+            self.insert(op, progress, agreed, attach)
+        op.release_idle()  # F5: in-flight slots are freed by whoever ends their IO
+        self.prefetches.finish(op)
+        self.stats.storage_hit_tokens += tokens
+        self.stats.prefetches_committed += 1
+        return tokens
+
+    def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
+        count = pages * self.page_size
+        kv_slots = op.plan("kv").slots[:count]
+        result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[:pages]))
+        duplicates = set(result.duplicate_slots.tolist())
+        inserted = [s for s in kv_slots.tolist() if s not in duplicates]
+        for pool in self.token_pools:
+            op.take_for_insert(pool, inserted)
+            self.trace.record(EventKind.INSERT, op=op.request_id, pool=pool, space=HOST, slots=inserted)
+        if duplicates:
+            for pool in self.token_pools:
+                op.release(pool, sorted(duplicates))
+        node = result.node
+        for plan in op.pool_transfers:
+            if plan.pool in attach:
+                self.attach_state(op, node, plan)
+        self.hooks.on_prefetch_insert(node)
+        return node
+
+    def attach_state(self, op: PrefetchOperation, node: TreeNode, plan: PoolPlan) -> bool:
+        ref = node_states(node).setdefault(plan.pool, self.hooks.new_state_ref())
+        if ref.host is not None or node.host_value is None:
+            return False  # the node already carries a state: ours is released with the rest
+        slot = int(plan.slots[0])
+        op.take_for_insert(plan.pool, [slot])
+        self.trace.record(EventKind.INSERT, op=op.request_id, pool=plan.pool, space=HOST, slots=[slot])
+        ref.host = slot
+        self.hooks.on_state_attached(node, plan.pool)
+        return True
