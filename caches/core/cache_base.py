@@ -99,7 +99,7 @@ class HierarchicalCache:
         # Memory: pools on both tiers, slot accounting over them, the copies between tiers.
         pools = build_pools(config, self.device)
         self.specs, self.device_pools, self.host_pools = pools.specs, pools.device, pools.host
-        self.token_pools, self.state_pools = pools.token_pools, pools.state_pools
+        self.token_pools, self.state_pools, self.window_pools = pools.token_pools, pools.state_pools, pools.window_pools
         self.slots = SlotAccounting(self.name, slot_groups(config, pools), self.trace)
         # Storage first: a bad storage_path is refused before any thread starts.
         self.storage_namespace = StorageNamespace.of(
@@ -138,7 +138,7 @@ class HierarchicalCache:
         self.commit = self.commit_class(parts, reducer=self.reducer, prefetches=self.prefetches)
         self.scheduler = SchedulerStep(
             termination=self.termination, trace=self.trace, clock=self.clock, reducer=self.reducer, copies=self.copies,
-            prefetches=self.prefetches, commit=self.commit, trailing_pools=len(self.state_pools),
+            prefetches=self.prefetches, commit=self.commit, trailing_pools=len(pools.trailing_pools),
         )
         self.load_back_path = LoadBackPath(parts, eviction=self.eviction)
         self._closed = False
