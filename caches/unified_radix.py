@@ -32,6 +32,7 @@ from caches.unified.swa import SlidingWindow
 class UnifiedRadixCache(HierarchicalCache):
     name = "unified_radix"
     supported_extra_pools = frozenset({"indexer", "mamba", "swa"})
+    window_component: type[SlidingWindow] = SlidingWindow
 
     def make_hooks(self) -> CacheHooks:
         self.components: dict[str, ComponentBase] = build_components(
@@ -40,7 +41,7 @@ class UnifiedRadixCache(HierarchicalCache):
         window: SlidingWindow | None = None
         if "swa" in self.config.extra_pools:
             # The paths exist once the constructor returns: eviction is reached through them.
-            window = SlidingWindow(
+            window = self.window_component(
                 self.tree, self.copies, self.slots, self.device_pools["swa"],
                 evict_device_nodes=lambda nodes: self.eviction.evict_path(nodes),
                 evict_host_nodes=lambda nodes: self.eviction.evict_host_nodes(nodes),

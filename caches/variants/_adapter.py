@@ -22,7 +22,7 @@ class VariantAdapter(BuiltinAdapter):
 def variant_of(base: str, name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
     """A variant of built-in cache `base`: its pools and capabilities, another cache class."""
     adapter = getattr(builtin, base)()
-    return VariantAdapter(name, adapter.default_extra_pools, adapter.capabilities, cache_class)
+    return VariantAdapter(name, adapter.default_extra_pools, adapter.capabilities, cache_class=cache_class)
 
 
 def hiradix_variant(name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
