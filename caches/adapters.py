@@ -139,11 +139,14 @@ class BuiltinAdapter:
 
     def create(self, env: Any) -> CacheSession:
         cls = cache_class(self.cache or self.name)
+        groups = getattr(env, "process_groups", None)
+        if groups is not None:  # several vote groups (spec/groups.py): the cache creates and reduces over them
+            return CacheSession(cls(config_for(env), trace=env.trace, clock=env.clock, process_groups=groups))
         cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups"})
 
 
 def hiradix() -> BuiltinAdapter:

@@ -44,6 +44,7 @@ CAPABILITIES = {
     "pool:mamba": "runs with a TRAILING_PAGES state pool (one state per prefix end)",
     "pool:swa": "runs with a TRAILING_WINDOW token pool (sliding-window KV: only the window before a match end)",
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
+    "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
 }
 
@@ -61,6 +62,9 @@ class CacheEnv:
     rank: int = 0
     world_size: int = 1
     process_group: Any = None
+    # Several vote groups instead of one (adapters with "vote_groups"): kind (tp, attn_tp, attn_cp) -> the
+    # partition of the global ranks into groups of that kind; the cache creates the groups (spec/groups.py).
+    process_groups: Mapping[str, Sequence[Sequence[int]]] | None = None
     device_pages: int = 32
     host_pages: int = 32
     state_slots: int = 16

@@ -10,6 +10,7 @@ naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """
 
+from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
@@ -28,10 +29,11 @@ EXPECTED_FAILURES = {
     "upstream_vote_forcing": ("D5", "L2"),
     "payload_drops_terminated": ("X1",),
     "window_unchecked": ("F10",),
+    "extra_vote_on_one_group": ("L3",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
 ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked"})
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
-           "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "extra_vote_on_one_group", "EXPECTED_FAILURES", "ONLY_THESE"]

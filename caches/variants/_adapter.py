@@ -15,6 +15,9 @@ class VariantAdapter(BuiltinAdapter):
     cache_class: type[HierarchicalCache] = HierarchicalCache
 
     def create(self, env: Any) -> CacheSession:
+        groups = getattr(env, "process_groups", None)
+        if groups is not None:
+            return CacheSession(self.cache_class(config_for(env), trace=env.trace, clock=env.clock, process_groups=groups))
         cache = self.cache_class(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)
         return CacheSession(cache)
 

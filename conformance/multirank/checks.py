@@ -95,20 +95,24 @@ def _same_requested(outcome: ScenarioOutcome) -> list[str]:
 
 
 def _x4_vote_count(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:
-    """X2/X4: per check, one vote collective per agreed id on every rank, tracked or not."""
+    """X2/X4: per check, one vote collective per agreed id on every rank, tracked or not (on each of its vote groups)."""
     if not config.policy.uses_collective:
         return []
     out = []
     for r in outcome.ranks:
         steps = _steps_of(r.traces[cache])
-        votes: dict[int, list[str]] = {}
+        votes: dict[tuple[int, str | None], list[str]] = {}
+        groups: set[str | None] = set()
         for e in r.traces[cache].events:
             if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.step is not None:
-                votes.setdefault(e.step, []).append(e.op)
+                votes.setdefault((e.step, e.group), []).append(e.op)
+                groups.add(e.group)
         for check_record, step in zip([c for c in r.checks if c.cache == cache], steps):
-            got = votes.get(step, [])
-            if got != list(check_record.ids):
-                out.append(f"X4: rank {r.rank} {check_record.label} (step {step}): vote collectives for {got}, agreed list {list(check_record.ids)}")
+            for group in sorted(groups or {None}, key=str):
+                got = votes.get((step, group), [])
+                if got != list(check_record.ids):
+                    on = f" on group {group}" if group is not None else ""
+                    out.append(f"X4: rank {r.rank} {check_record.label} (step {step}){on}: vote collectives for {got}, agreed list {list(check_record.ids)}")
     return out
 
 

@@ -52,6 +52,8 @@ RUNS = {
     "terminated_on_one_rank": Selection("test_terminated_on_one_rank and 2ranks", ("payload_drops_terminated",), "hi_mamba_radix"),
     # Matches that ignore the sliding window: the whole suite, so that F10 alone failing means something.
     "swa_window": Selection("not 4ranks", ("window_unchecked",), "unified_radix_swa"),
+    # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
+    "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }
 SHAPE_WORDS = {
     "upstream_pre_fix": "matches upstream before its extra-pool guard (HiRadixCache at 991689fd0~1)",
@@ -185,3 +187,12 @@ def test_the_baseline_passes_what_the_variants_fail(runs, name):
     assert "pass" in cells.values(), f"{baseline} passed no clause in run {name}"
     failing = sorted(c for c, status in cells.items() if status in ("fail", "fail-other"))
     assert not failing, f"{baseline}: the report marks {failing} as failed"
+
+
+def test_a_rank_local_trip_count_on_one_group_names_the_group_the_rank_and_the_step(runs):
+    run = runs["groups"]
+    text = run.failure_text("extra_vote_on_one_group")
+    line = next((line for line in text.splitlines() if "L3: " in line), "")
+    assert "on group attn_tp:2,3" in line and "rank 3 vote_max(op r1, step 1)" in line, f"L3 line: {line!r}\n{run.describe()}"
+    stuck = re.search(r"no progress for ([0-9.]+)s", text)
+    assert stuck and float(stuck.group(1)) < 10, f"the hang must be reported within seconds\n{run.describe()}"
