@@ -263,5 +263,6 @@ def test_2x2_groups_skewed_io_and_an_abort(run_ranks, impl, require):
     assert {r.rank: r.matches["r1"] for r in aborted.ranks} == {rank: (0, 0) for rank in range(4)}
     for r in skewed.ranks:
         groups = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE}
-        want = {f"attn_cp:{r.rank % 2},{r.rank % 2 + 2}", f"attn_tp:{r.rank - r.rank % 2},{r.rank - r.rank % 2 + 1}"}
-        assert groups == want, f"rank {r.rank} ran collectives on {groups}; its vote groups are {want}"
+        # X2: upstream's attention rule (every attention group larger than one rank), or hi_mamba's (tp only).
+        attention = {f"attn_cp:{r.rank % 2},{r.rank % 2 + 2}", f"attn_tp:{r.rank - r.rank % 2},{r.rank - r.rank % 2 + 1}"}
+        assert groups in (attention, {"tp:0,1,2,3"}), f"X2: rank {r.rank} ran collectives on {groups}; its vote groups are {attention} (or tp)"
