@@ -187,9 +187,9 @@ def test_cross_rank_orders_around_the_vote(run_ranks, policy):
             assert tokens == 0, (case, tokens)
 
 
-@pytest.mark.clause("S4", "F4")
+@pytest.mark.clause("S4", "F4", "F10")
 def test_every_rank_serves_the_same_prefix_after_a_commit(run_ranks):
-    """Same committed length, same usable prefix: a trailing state (F4) must not be kept on some ranks only.
+    """Same committed length, same usable prefix: a trailing state (F4) or window (F10) must not be kept on some ranks only.
 
     Cases where the ranks' extra pools end differently around terminate: one
     rank's extra pool held under timeout, and the best_effort orders (the

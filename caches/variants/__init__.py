@@ -17,6 +17,7 @@ from caches.variants.guard_on_vote import guard_on_vote
 from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
+from caches.variants.window_agreed_locally import window_agreed_locally
 from caches.variants.window_unchecked import window_unchecked
 
 # variant factory name -> clauses the conformance suite must report as failed
@@ -29,6 +30,7 @@ EXPECTED_FAILURES = {
     "upstream_vote_forcing": ("D5", "L2"),
     "payload_drops_terminated": ("X1",),
     "window_unchecked": ("F10",),
+    "window_agreed_locally": ("F10",),
     "extra_vote_on_one_group": ("L3",),
 }
 
@@ -36,4 +38,5 @@ EXPECTED_FAILURES = {
 ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked"})
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
-           "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "extra_vote_on_one_group", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
+           "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
-from spec.fence import committable_at_terminate
+from spec.fence import HitPolicy, committable_at_terminate
 from spec.invariants import check
 from spec.trace import EventKind, Trace
 
@@ -60,11 +60,15 @@ def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
         for load in r.loads:
             loaded.setdefault((load.cache, load.request_id), {})[r.rank] = load.tokens
     out = []
+    # A state (F4) or a window (F10) kept on some ranks only makes them serve different prefixes.
+    policies = set(outcome.ranks[0].pools.values())
+    clauses = "/".join(["S4", *(clause for policy, clause in ((HitPolicy.TRAILING_PAGES, "F4"), (HitPolicy.TRAILING_WINDOW, "F10"))
+                                if policy.value in policies)])
     for (cache, op), by_rank in sorted(loaded.items()):
         if len(set(by_rank.values())) > 1:
             commits = outcome.commits(op, cache)
             detail = ", ".join(f"rank {rank}: {tokens}" for rank, tokens in sorted(by_rank.items()))
-            out.append(f"S4/F4: {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
+            out.append(f"{clauses}: {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
     return out
 
 

@@ -52,6 +52,8 @@ RUNS = {
     "terminated_on_one_rank": Selection("test_terminated_on_one_rank and 2ranks", ("payload_drops_terminated",), "hi_mamba_radix"),
     # Matches that ignore the sliding window: the whole suite, so that F10 alone failing means something.
     "swa_window": Selection("not 4ranks", ("window_unchecked",), "unified_radix_swa"),
+    # A window attached on the ranks that loaded it only: two ranks serve different prefixes.
+    "swa_ranks": Selection("test_every_rank_serves_the_same_prefix", ("window_agreed_locally",), "unified_radix_swa"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }
