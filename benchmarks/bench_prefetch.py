@@ -20,7 +20,12 @@ Throughput runs are untraced (NullRecorder); one extra traced run per size
 splits a prefetch into the submit call, the hit query, the IO and the
 commit call by its trace events.
 
-    python benchmarks/bench_prefetch.py [--mib 1,16,64] [--repeats 15] [--batch-pages 16] [--threads 1]
+``--mode swa`` runs unified_radix with a sliding-window pool of the same
+bytes per token as KV and a window of 2 of the 4 pages: the prefetch loads
+KV, then the window's pages in one pool transfer, and commits both; the
+baselines read the same KV files and the window's ``<hash>.swa`` files.
+
+    python benchmarks/bench_prefetch.py [--mib 1,16,64] [--repeats 15] [--batch-pages 16] [--threads 1] [--mode kv|swa]
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caches.config import CacheConfig  # noqa: E402
 from caches.core.hashing import page_hashes  # noqa: E402
+from caches.core.cache_base import HierarchicalCache  # noqa: E402
 from caches.hiradix import HiRadixCache  # noqa: E402
+from caches.storage import pool_key  # noqa: E402
+from caches.unified_radix import UnifiedRadixCache  # noqa: E402
 from spec.clock import MonotonicClock  # noqa: E402
 from spec.trace import EventKind, TraceRecorder  # noqa: E402
 
@@ -49,13 +57,15 @@ PAGES = 4
 TOKENS = PAGES * PAGE_SIZE
 GOALS = ((16, 0.8), (0, 0.5))  # (from MiB, ratio against the faster baseline)
 POLICY = "wait_complete"
+WINDOW_PAGES = 2  # --mode swa: the sliding window, in pages before the match end
+MODES = ("kv", "swa")
 
 
 def goal_for(mib: float) -> float:
     return next(ratio for start, ratio in GOALS if mib >= start)
 
 
-def prefetch_once(cache: HiRadixCache, tokens: list[int], request_id: str) -> float:
+def prefetch_once(cache: HierarchicalCache, tokens: list[int], request_id: str) -> float:
     """The whole protocol for one request; returns seconds; leaves storage the only copy again."""
     start = time.perf_counter()
     requested = cache.prefetch_from_storage(request_id, tokens)
@@ -89,7 +99,7 @@ def raw_readinto(paths: list[str], views: list[memoryview], helpers: ThreadPoolE
     return time.perf_counter() - start
 
 
-def breakdown(cache: HiRadixCache, tokens: list[int]) -> dict[str, float]:
+def breakdown(cache: HierarchicalCache, tokens: list[int]) -> dict[str, float]:
     """One traced prefetch, split: the submit call, the hit query, the IO, the commit call (seconds)."""
     trace = cache.trace
     clock = trace.clock
@@ -108,25 +118,30 @@ def breakdown(cache: HiRadixCache, tokens: list[int]) -> dict[str, float]:
     return {"submit": submitted - start, "hit_query": hit - submitted, "io": io_done - hit, "commit": committed - checking}
 
 
-def run_case(tmp: Path, mib: float, repeats: int, batch_pages: int) -> dict[str, float]:
+def run_case(tmp: Path, mib: float, repeats: int, batch_pages: int, mode: str = "kv") -> dict[str, float]:
     token_kib = mib * 1024 / TOKENS
     elem = (2, int(token_kib * 256))  # float16: 4 bytes per element pair
+    window = dict(extra_pools=("swa",), swa_elem_shape=elem, swa_window_tokens=WINDOW_PAGES * PAGE_SIZE,
+                  swa_device_pages=PAGES + 1, swa_host_pages=PAGES + 1) if mode == "swa" else {}
+    cls = UnifiedRadixCache if mode == "swa" else HiRadixCache
 
     def config(name: str) -> CacheConfig:
         return CacheConfig(
             page_size=PAGE_SIZE, device_pages=PAGES + 1, host_pages=PAGES + 1, kv_elem_shape=elem,
             dtype="float16", storage_path=str(tmp / f"{name}-{mib:g}"), storage_batch_pages=batch_pages,
-            prefetch_policy=POLICY, prefetch_capacity_tokens=(PAGES + 1) * PAGE_SIZE, wait_timeout_s=60.0,
+            prefetch_policy=POLICY, prefetch_capacity_tokens=(PAGES + 1) * PAGE_SIZE, wait_timeout_s=60.0, **window,
         )
 
-    with HiRadixCache(config("plain")) as cache, HiRadixCache(config("traced"), trace=TraceRecorder(MonotonicClock())) as traced:
+    with cls(config("plain")) as cache, cls(config("traced"), trace=TraceRecorder(MonotonicClock())) as traced:
         tokens = list(range(TOKENS))
-        data = {"kv": torch.randn(TOKENS, *elem).to(torch.float16)}
+        data = {pool: torch.randn(TOKENS, *elem).to(torch.float16) for pool in ("kv", *window.get("extra_pools", ()))}
         for c in (cache, traced):
             c.write(tokens, data)
             c.evict_all()  # flushes to storage first, then empties device and host
         timings = [prefetch_once(cache, tokens, f"r{rep}") for rep in range(repeats + 1)][1:]
-        paths = [str(cache.storage.path_for(h)) for h in page_hashes(tokens, PAGE_SIZE)]
+        hashes = page_hashes(tokens, PAGE_SIZE)
+        keys = [*hashes, *(pool_key(h, "swa") for h in hashes[-WINDOW_PAGES:] if mode == "swa")]
+        paths = [str(cache.storage.path_for(k)) for k in keys]
         file_bytes = Path(paths[0]).stat().st_size
         buffer = bytearray(file_bytes * len(paths))
         views = [memoryview(buffer)[i * file_bytes : (i + 1) * file_bytes] for i in range(len(paths))]
@@ -137,7 +152,7 @@ def run_case(tmp: Path, mib: float, repeats: int, batch_pages: int) -> dict[str,
                 threads: [raw_readinto(paths, views, helpers, threads) for _ in range(repeats + 1)][1:],
             }
         parts = breakdown(traced, tokens)
-        num_bytes = TOKENS * cache.device_pools["kv"].spec.bytes_per_slot
+        num_bytes = (TOKENS + (WINDOW_PAGES * PAGE_SIZE if mode == "swa" else 0)) * cache.device_pools["kv"].spec.bytes_per_slot
     best_raw = min(statistics.median(t) for t in raw.values())
     return {
         "mib": num_bytes / 2**20,
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--batch-pages", type=int, default=16, help="pages per IO batch (storage_batch_pages)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: see benchmarks/README.md)")
+    parser.add_argument("--mode", choices=MODES, default="kv", help="kv: hiradix, KV only; swa: unified_radix with a sliding window")
     args = parser.parse_args(argv)
     sizes = [float(s) for s in args.mib.split(",")]
     bad = [s for s in sizes if s <= 0 or (s * 1024 / TOKENS * 256) % 1]
@@ -166,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-prefetch-") as tmp:
-        rows = [run_case(Path(tmp), mib, args.repeats, args.batch_pages) for mib in sizes]
-    print(f"prefetch from files, policy {POLICY}, {PAGES} pages of {PAGE_SIZE} tokens, float16, batch {args.batch_pages} pages, "
+        rows = [run_case(Path(tmp), mib, args.repeats, args.batch_pages, args.mode) for mib in sizes]
+    what = "KV" if args.mode == "kv" else f"KV + a {WINDOW_PAGES}-page sliding window (MiB: both)"
+    print(f"prefetch from files ({what}), policy {POLICY}, {PAGES} pages of {PAGE_SIZE} tokens, float16, batch {args.batch_pages} pages, "
           f"median of {args.repeats}; torch intra-op threads {torch.get_num_threads()}, {os.cpu_count()} cores, "
           f"load average {load:.2f} -> {os.getloadavg()[0]:.2f}")
     n = rows[0]["threads"]

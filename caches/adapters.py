@@ -22,6 +22,8 @@ from spec.decision import DecisionState
 KV_ELEM = (2, 4)
 INDEXER_ELEM = (3,)
 STATE_ELEM = (6,)
+SWA_ELEM = (2, 3)
+SWA_WINDOW_PAGES = 2  # the sliding window: two pages before a match end
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ def config_for(env: Any) -> CacheConfig:
         kv_elem_shape=KV_ELEM,
         indexer_elem_shape=INDEXER_ELEM,
         state_elem_shape=STATE_ELEM,
+        swa_elem_shape=SWA_ELEM,
+        swa_window_tokens=SWA_WINDOW_PAGES * t.page_size,
+        swa_device_pages=env.device_pages,
+        swa_host_pages=env.host_pages,
         extra_pools=tuple(env.extra_pools),
         write_policy=env.write_policy,
         prefetch_policy=t.policy.value,
@@ -118,9 +124,12 @@ class CacheSession:
 
 @dataclass(frozen=True)
 class BuiltinAdapter:
+    """A built-in cache in one configuration: `name` is the adapter's, `cache` the cache class's (default: the name)."""
+
     name: str
     default_extra_pools: tuple[str, ...]
     capabilities: frozenset[str]
+    cache: str = ""
 
     def configure(self, fields: Mapping[str, Any]) -> None:
         """Validate spec-named termination fields through this cache's own config."""
@@ -129,12 +138,15 @@ class BuiltinAdapter:
         CacheConfig.from_mapping({"storage_backend": "memory", **mapped})
 
     def create(self, env: Any) -> CacheSession:
-        cls = cache_class(self.name)
+        cls = cache_class(self.cache or self.name)
+        groups = getattr(env, "process_groups", None)
+        if groups is not None:  # several vote groups (spec/groups.py): the cache creates and reduces over them
+            return CacheSession(cls(config_for(env), trace=env.trace, clock=env.clock, process_groups=groups))
         cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups"})
 
 
 def hiradix() -> BuiltinAdapter:
@@ -143,6 +155,20 @@ def hiradix() -> BuiltinAdapter:
 
 def unified_radix() -> BuiltinAdapter:
     return BuiltinAdapter("unified_radix", ("indexer", "mamba"), _COMMON | {"pool:indexer", "pool:mamba"})
+
+
+# unified_radix in the component mixes of upstream's hybrid models: full attention with a sliding window
+# (Gemma- and GPT-OSS-style interleaved layers), with mamba, and with an indexer and a sliding window.
+def unified_radix_swa() -> BuiltinAdapter:
+    return BuiltinAdapter("unified_radix_swa", ("swa",), _COMMON | {"pool:swa"}, cache="unified_radix")
+
+
+def unified_radix_mamba() -> BuiltinAdapter:
+    return BuiltinAdapter("unified_radix_mamba", ("mamba",), _COMMON | {"pool:mamba"}, cache="unified_radix")
+
+
+def unified_radix_indexer_swa() -> BuiltinAdapter:
+    return BuiltinAdapter("unified_radix_indexer_swa", ("indexer", "swa"), _COMMON | {"pool:indexer", "pool:swa"}, cache="unified_radix")
 
 
 def hi_mamba_radix() -> BuiltinAdapter:

@@ -19,7 +19,7 @@ from spec.errors import ConfigError
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 STORAGE_BACKENDS = ("file", "memory")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-EXTRA_POOLS = ("indexer", "mamba")
+EXTRA_POOLS = ("indexer", "mamba", "swa")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,13 @@ class CacheConfig:
     kv_elem_shape: tuple[int, ...] = (2, 16)
     indexer_elem_shape: tuple[int, ...] = (8,)
     state_elem_shape: tuple[int, ...] = (32,)
+    # The "swa" pool (sliding-window attention KV, TRAILING_WINDOW): a match
+    # needs the last swa_window_tokens tokens of it, in whole pages; its own
+    # slot group, swa_device_pages / swa_host_pages pages on each tier.
+    swa_elem_shape: tuple[int, ...] = (2, 16)
+    swa_window_tokens: int = 32
+    swa_device_pages: int = 32
+    swa_host_pages: int = 64
     dtype: str = "float32"
     extra_pools: tuple[str, ...] = ()
     write_policy: str = "write_through"
@@ -57,13 +64,14 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         for name in ("page_size", "device_pages", "host_pages", "state_device_slots", "state_host_slots",
-                     "storage_batch_pages", "prefetch_threshold_pages", "prefetch_capacity_tokens"):
+                     "storage_batch_pages", "prefetch_threshold_pages", "prefetch_capacity_tokens",
+                     "swa_window_tokens", "swa_device_pages", "swa_host_pages"):
             require_positive_int(name, getattr(self, name))
         if not isinstance(self.model_name, str) or not self.model_name.strip() or not self.model_name.isprintable():
             raise ConfigError("model_name", self.model_name, "a non-empty printable string naming the model (weights and revision)")
         if isinstance(self.load_back_min_tokens, bool) or not isinstance(self.load_back_min_tokens, int) or self.load_back_min_tokens < 0:
             raise ConfigError("load_back_min_tokens", self.load_back_min_tokens, "an integer >= 0")
-        for name in ("kv_elem_shape", "indexer_elem_shape", "state_elem_shape"):
+        for name in ("kv_elem_shape", "indexer_elem_shape", "state_elem_shape", "swa_elem_shape"):
             object.__setattr__(self, name, _shape(name, getattr(self, name)))
         _one_of("dtype", self.dtype, tuple(DTYPES))
         _one_of("write_policy", self.write_policy, WRITE_POLICIES)

@@ -16,12 +16,14 @@ from __future__ import annotations
 from caches.core.arguments import checked_count
 from caches.core.cache_base import HierarchicalCache
 from caches.hi_mamba.state_lru import MAMBA, MambaStateHooks
+from spec.groups import TP_RULE
 
 
 class HiMambaRadixCache(HierarchicalCache):
     name = "hi_mamba_radix"
     supported_extra_pools = frozenset({MAMBA})
     required_extra_pools = frozenset({MAMBA})
+    vote_group_rule = TP_RULE  # upstream's hi_mamba reduces over the tensor-parallel group only
 
     def make_hooks(self) -> MambaStateHooks:
         return MambaStateHooks(self.tree, self.copies)

@@ -1,19 +1,17 @@
 """unified_radix: one radix tree whose nodes carry per-component data.
 
-Components (caches/unified/components.py) are chosen from config.extra_pools:
-FullAttention always (the "kv" pool, with the indexer as a sidecar token pool
-sharing the KV slot numbers when enabled), Mamba when "mamba" is enabled.
-Each component has its own LRU and lock counts per node; device eviction
-consults every component (a node any component locks stays), and the Mamba
-component may drop host states by its own LRU without touching KV
-(`evict_component_host`). A match ends at the deepest node every component
-accepts as a match end (Mamba needs its state there). How the core's paths
-consult the components: caches/unified/hooks.py.
-
-A sliding-window component is not provided yet. It would own a slot group
-of its own (caches/core/slots.py takes one more group), its pool, hit policy
-(the pages within the window before the match end), LRU and locks like the
-others, and reach the core's paths through the same hooks.
+Components (caches/unified/components.py, caches/unified/swa.py) are chosen
+from config.extra_pools: FullAttention always (the "kv" pool, with the
+indexer as a sidecar token pool sharing the KV slot numbers when enabled),
+Mamba when "mamba" is enabled, SlidingWindow when "swa" is (its own slot
+group, window data per node, LRUs and eviction). Each component has its own
+LRU and lock counts per node; device eviction consults every component (a
+node any component locks stays); the Mamba and SlidingWindow components drop
+their own data by their own LRUs without touching KV (`evict_component_host`,
+`evict_component_device`), cascading to the components below them. A match
+ends at the deepest node every component accepts as a match end (Mamba needs
+its state there, SlidingWindow the whole window before it). How the core's
+paths consult the components: caches/unified/hooks.py.
 
 This file holds the cache's prefetch-termination decision
 (`can_terminate_prefetch`), in its own idiom; everything else is the shared
@@ -28,17 +26,30 @@ from caches.core.hooks import CacheHooks
 from caches.errors import CacheArgumentError
 from caches.unified.components import ComponentBase, build_components
 from caches.unified.hooks import UnifiedHooks
+from caches.unified.swa import SlidingWindow
 
 
 class UnifiedRadixCache(HierarchicalCache):
     name = "unified_radix"
-    supported_extra_pools = frozenset({"indexer", "mamba"})
+    supported_extra_pools = frozenset({"indexer", "mamba", "swa"})
+    window_component: type[SlidingWindow] = SlidingWindow
 
     def make_hooks(self) -> CacheHooks:
         self.components: dict[str, ComponentBase] = build_components(
             self.tree, self.copies, self.token_pools, self.config.extra_pools, lambda count: self.eviction.evict_host(count)
         )
-        return UnifiedHooks(self.tree, self.components)
+        window: SlidingWindow | None = None
+        if "swa" in self.config.extra_pools:
+            # The paths exist once the constructor returns: eviction is reached through them.
+            window = self.window_component(
+                self.tree, self.copies, self.slots, self.device_pools["swa"],
+                evict_device_nodes=lambda nodes: self.eviction.evict_path(nodes),
+                evict_host_nodes=lambda nodes: self.eviction.evict_host_nodes(nodes),
+                cascade=lambda node, tier: hooks.cascade(node, tier, window),
+            )
+            self.components[window.name] = window
+        hooks = UnifiedHooks(self.tree, self.components)
+        return hooks
 
     def component(self, name: str) -> ComponentBase:
         if name not in self.components:
@@ -48,12 +59,23 @@ class UnifiedRadixCache(HierarchicalCache):
     def evict_component_host(self, name: str, count: int) -> int:
         """Host eviction by one component's own LRU.
 
-        "mamba": drop up to `count` host states (KV stays); "full_attention":
-        `count` tokens of host KV, through the tree (the node leaves with every
-        component's data).
+        "mamba": drop up to `count` host states (KV stays); "swa": at least
+        `count` host window slots (inner nodes keep their KV, a host-only leaf
+        leaves whole); "full_attention": `count` tokens of host KV, through
+        the tree (the node leaves with every component's data).
         """
         self._ensure_usable("evict_component_host")
         evicted = self.component(name).evict_host(checked_count("count", count))
+        self.copies.poll()
+        return evicted
+
+    def evict_component_device(self, name: str, count: int) -> int:
+        """Device eviction by one component's own LRU: "swa" only (at least `count` device window slots)."""
+        self._ensure_usable("evict_component_device")
+        component = self.component(name)
+        if not isinstance(component, SlidingWindow):
+            raise CacheArgumentError("component", name, "'swa' (the other components' device data leaves with the tree's eviction: evict())")
+        evicted = component.evict_device(checked_count("count", count))
         self.copies.poll()
         return evicted
 

@@ -42,7 +42,9 @@ CHECKOUT_ENTRY_POINT_GROUP = "hicache_conformance.checkout_adapters"
 CAPABILITIES = {
     "pool:indexer": "runs with an ALL_PAGES side pool that reuses the KV slot numbers",
     "pool:mamba": "runs with a TRAILING_PAGES state pool (one state per prefix end)",
+    "pool:swa": "runs with a TRAILING_WINDOW token pool (sliding-window KV: only the window before a match end)",
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
+    "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
 }
 
@@ -60,6 +62,9 @@ class CacheEnv:
     rank: int = 0
     world_size: int = 1
     process_group: Any = None
+    # Several vote groups instead of one (adapters with "vote_groups"): kind (tp, attn_tp, attn_cp) -> the
+    # partition of the global ranks into groups of that kind; the cache creates the groups (spec/groups.py).
+    process_groups: Mapping[str, Sequence[Sequence[int]]] | None = None
     device_pages: int = 32
     host_pages: int = 32
     state_slots: int = 16
@@ -88,6 +93,8 @@ class PoolLayout:
     elem_shape: tuple[int, ...]
     dtype: torch.dtype
     hit_policy: HitPolicy
+    # TRAILING_WINDOW: the tokens before a match end the pool must hold (whole pages); 0 for every other pool.
+    window_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,8 @@ class Loaded:
 
     tokens: length of that match; data[pool]: device bytes (token pools: [tokens,
     *elem]; state pools: [1, *elem], present only when a state was loaded for
-    exactly that length).
+    exactly that length; window pools: [min(window_tokens, tokens), *elem], the
+    rows of the window before the match end).
     """
 
     tokens: int

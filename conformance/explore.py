@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from conformance.gates import Gate, GateTimeout, Hold
-from conformance.scenarios import assert_accounting_exact, assert_loaded_bytes, request_data, request_tokens, store
+from conformance.scenarios import assert_accounting_exact, assert_loaded_bytes, request_data, request_tokens, store, trailing_pools
 from spec.clock import ManualClock
 from spec.config import Policy, TerminationConfig
 from spec.errors import ConfigError
@@ -583,9 +583,9 @@ def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, t
         f"committed {committed} tokens: not a whole number of pages within the {len(tokens)} requested"
     )
     loaded = cache.load_back(list(tokens))
-    # A state pool may make a shorter prefix the longest usable one (F4: a state
-    # not loaded for the committed length is dropped); never a longer one.
-    if any(pool.unit == "state" for pool in cache.pools.values()):
+    # A state or window pool may make a shorter prefix the longest usable one (F4, F10:
+    # one not loaded for the committed length is dropped); never a longer one.
+    if trailing_pools(cache):
         assert loaded.tokens <= committed, f"F8: {committed} tokens committed but a match now loads {loaded.tokens}"
     else:
         assert loaded.tokens == committed, f"F8: {committed} tokens committed but a match now loads {loaded.tokens}"

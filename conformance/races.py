@@ -16,7 +16,7 @@ import pytest
 
 from conformance.capabilities import require  # noqa: F401 - re-exported for the race tests
 from conformance.gates import GateTimeout, Predicate
-from conformance.scenarios import assert_loaded_bytes, assert_no_violations, request_data, request_tokens, store
+from conformance.scenarios import assert_loaded_bytes, assert_no_violations, request_data, request_tokens, store, trailing_pools  # noqa: F401 - trailing_pools re-exported for the tests
 from spec.config import TerminationConfig
 from spec.fence import HitPolicy, committable_at_terminate
 from spec.trace import LOAD, Event, EventKind, TraceRecorder
@@ -125,12 +125,13 @@ def remove_files(paths: Iterable[Path]) -> int:
 def served(cache, tokens: Sequence[int], data: Mapping[str, Any], committed: int) -> None:
     """F8 and S5: the tree serves the committed prefix, and nothing more, with the stored bytes.
 
-    With a state pool a prefix is usable only up to a node carrying its state,
-    so the tree may serve less than was committed (a state is attached only
-    for exactly its length, F4); without one it serves exactly the commit.
+    With a state or window pool a prefix is usable only up to a node carrying
+    its state or whole window, so the tree may serve less than was committed
+    (attached only for exactly its length, F4, F10); without one it serves
+    exactly the commit.
     """
     device, host = cache.match(tokens)
-    exact = not state_pools(cache)
+    exact = not trailing_pools(cache)
     if exact:
         assert device + host == committed, f"F8: after committing {committed} tokens the tree serves {device} device + {host} host tokens"
     else:
@@ -149,10 +150,6 @@ def require_pool(cache, impl, pool: str) -> None:
 
 def all_pages_extra_pools(cache) -> list[str]:
     return [name for name, p in cache.pools.items() if name != PRIMARY_POOL and p.unit == "token" and p.hit_policy is HitPolicy.ALL_PAGES]
-
-
-def state_pools(cache) -> list[str]:
-    return [name for name, p in cache.pools.items() if p.unit == "state"]
 
 
 # --- oracles over the trace -----------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import torch
 
 from spec.config import TerminationConfig
+from spec.fence import TRAILING_POLICIES, HitPolicy
 from spec.invariants import Violation, check
 from spec.trace import Event, EventKind, Trace, TraceRecorder
 
@@ -31,6 +32,11 @@ def request_data(cache, tokens: Sequence[int], seed: int) -> dict[str, torch.Ten
         raw = torch.randint(0, 256, (rows, *pool.elem_shape, pool.dtype.itemsize), dtype=torch.uint8, generator=g)
         data[name] = raw.view(pool.dtype).reshape(rows, *pool.elem_shape)
     return data
+
+
+def trailing_pools(cache) -> list[str]:
+    """Pools attached for exactly one prefix length (F4, F10): states and windows. With one, a commit may serve less."""
+    return [name for name, p in cache.pools.items() if p.hit_policy in TRAILING_POLICIES]
 
 
 def store(cache, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
@@ -93,6 +99,16 @@ def assert_loaded_writes(cache, loaded, writes: Mapping[int, Mapping[str, torch.
                 raise AssertionError(f"F4: {name}: a state was loaded for {loaded.tokens} tokens, but states exist only at {sorted(writes)}")
             if not torch.equal(loaded.data[name].view(torch.uint8), writes[loaded.tokens][name].view(torch.uint8)):
                 raise AssertionError(f"S5: {name} state bytes differ from the state stored at {loaded.tokens} tokens")
+            continue
+        if pool.hit_policy is HitPolicy.TRAILING_WINDOW:
+            if not loaded.tokens:
+                continue
+            if name not in loaded.data:
+                raise AssertionError(f"F10: {name}: a {loaded.tokens}-token match was served without its window")
+            start = max(loaded.tokens - pool.window_tokens, 0)  # F10: only the window before the match end
+            got, want = loaded.data[name], longest[name][start : loaded.tokens]
+            if tuple(got.shape) != tuple(want.shape) or not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+                raise AssertionError(f"S5: pool {name}: the window's loaded bytes differ from the stored rows {start}..{loaded.tokens}")
             continue
         got = loaded.data[name][: loaded.tokens]
         want = longest[name][: loaded.tokens]

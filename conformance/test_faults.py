@@ -24,7 +24,7 @@ import pytest
 
 from conformance.explore import WatchedTrace, check_outcome
 from conformance.gates import Gate
-from conformance.scenarios import drive, request_data, request_tokens, store
+from conformance.scenarios import drive, request_data, request_tokens, store, trailing_pools
 from spec.config import TerminationConfig
 from spec.fence import HitPolicy, PoolProgress, committable_pages
 from spec.timeout import timeout_budget
@@ -208,7 +208,7 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
 
 # --- IO past the timeout ---------------------------------------------------------------------------
 
-@pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F4", "F5", "S1", "S3", "S5")
+@pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F4", "F5", "F10", "S1", "S3", "S5")
 @pytest.mark.parametrize("held", ["kv-batch-2", "extra-pool"])
 def test_io_past_the_timeout_is_excluded(rig, impl, held):
     cache = rig.make("timeout")
@@ -235,13 +235,13 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held):
     hold.release()
     loaded = finish(rig, cache, "timeout", tokens, data, committed)
     for name in extras:
-        if cache.pools[name].unit == "state":
-            assert name not in loaded.data, f"F4: the {name} state was in flight at terminate, yet it was attached"
+        if name in trailing_pools(cache):
+            assert name not in loaded.data, f"F4/F10: the {name} transfer was in flight at terminate, yet its data was attached"
 
 
 # --- an extra pool failing after KV succeeded ---------------------------------------------------------
 
-@pytest.mark.clause("F3", "F4", "F6", "S1", "S5", "L1")
+@pytest.mark.clause("F3", "F4", "F6", "F10", "S1", "S5", "L1")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout", "best_effort"])
 def test_extra_pool_failing_after_kv(rig, impl, policy):
     cache = rig.make(policy)
@@ -258,8 +258,8 @@ def test_extra_pool_failing_after_kv(rig, impl, policy):
         assert committed == 0, f"F3: {committed} tokens of KV committed while their {all_pages_extras(cache)} pages failed"
     loaded = finish(rig, cache, policy, tokens, data, committed)
     for name in extras:
-        if cache.pools[name].unit == "state":
-            assert name not in loaded.data, f"F4: the {name} transfer failed, yet a state was attached"
+        if name in trailing_pools(cache):
+            assert name not in loaded.data, f"F4/F10: the {name} transfer failed, yet its data was attached"
 
 
 # --- abort mid-prefetch ---------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from conformance.races import (
     require,
     require_pool,
     served,
-    state_pools,
     stored_request,
+    trailing_pools,
 )
 from conformance.scenarios import assert_loaded_bytes, drive, request_data, request_tokens, store
 from spec.config import TerminationConfig
@@ -41,7 +41,7 @@ def no_hit_reported(done: dict, request_id: str) -> bool:
 def held_transfer(cache, where: str):
     if where == "kv":
         return "first KV batch", io_start("kv")
-    extras = all_pages_extra_pools(cache) + state_pools(cache)
+    extras = all_pages_extra_pools(cache) + trailing_pools(cache)
     if not extras:
         pytest.skip("no extra pool to hold")
     return f"{extras[0]} get", io_start(extras[0])

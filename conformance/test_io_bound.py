@@ -22,8 +22,8 @@ from conformance.races import (
     host_allocated,
     io_start,
     op_events,
-    state_pools,
     stored_request,
+    trailing_pools,
 )
 from spec.config import TerminationConfig
 from spec.trace import LOAD, Event, EventKind
@@ -92,7 +92,7 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
     assert freed == hung_slots, f"F5: slots {sorted(hung_slots - freed)[:6]} of the ended transfer were never freed"
     returned = still_held - host_allocated(cache)
     numbers = len({slot for e in hung for slot in e.slots if e.pool == "kv" or e.pool in all_pages_extra_pools(cache)})
-    numbers += len({slot for e in hung for slot in e.slots if e.pool in state_pools(cache)})
+    numbers += len({slot for e in hung for slot in e.slots if e.pool in trailing_pools(cache)})
     assert returned == numbers, (
         f"F5: {returned} host slots returned when the hung transfer ended; its {numbers} slot numbers were held until then"
     )
@@ -102,7 +102,7 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
 def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock):
     config = TerminationConfig(policy="wait_complete", page_size=PS)
     cache = make_cache(termination=config, batch_pages=BATCH, io_timeout_s=BOUND_S)
-    extras = all_pages_extra_pools(cache) + state_pools(cache)
+    extras = all_pages_extra_pools(cache) + trailing_pools(cache)
     if not extras:
         pytest.skip(f"{impl.name} runs without an extra pool by default: no sidecar read to hold")
     tokens, _ = stored_request(cache, seed=41, pages=PAGES, page_size=PS)

@@ -17,8 +17,8 @@ from conformance.races import (
     io_start,
     op_events,
     served,
-    state_pools,
     stored_request,
+    trailing_pools,
 )
 from conformance.scenarios import assert_loaded_bytes
 from spec.config import TerminationConfig
@@ -32,7 +32,7 @@ BATCH = 2
 
 def last_transfer(cache, trace):
     """The transfer that ends a prefetch's IO: the first extra-pool get, else the last KV batch."""
-    extras = all_pages_extra_pools(cache) + state_pools(cache)
+    extras = all_pages_extra_pools(cache) + trailing_pools(cache)
     if extras:
         return f"{extras[0]} get", io_start(extras[0])
     return "last KV batch", io_start("kv", nth=PAGES // BATCH, trace=trace)
@@ -85,4 +85,4 @@ def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, 
     held.release()
     served(cache, tokens, data, committed)
     # Only what was committed stays in host memory; the held batch's slots came back when it ended.
-    close_and_check(cache, trace, config, host_slots_left=committed if not state_pools(cache) else None)
+    close_and_check(cache, trace, config, host_slots_left=committed if not trailing_pools(cache) else None)

@@ -187,9 +187,9 @@ def test_cross_rank_orders_around_the_vote(run_ranks, policy):
             assert tokens == 0, (case, tokens)
 
 
-@pytest.mark.clause("S4", "F4")
+@pytest.mark.clause("S4", "F4", "F10")
 def test_every_rank_serves_the_same_prefix_after_a_commit(run_ranks):
-    """Same committed length, same usable prefix: a trailing state (F4) must not be kept on some ranks only.
+    """Same committed length, same usable prefix: a trailing state (F4) or window (F10) must not be kept on some ranks only.
 
     Cases where the ranks' extra pools end differently around terminate: one
     rank's extra pool held under timeout, and the best_effort orders (the
@@ -237,3 +237,32 @@ def test_first_divergence_names_position_and_ranks():
     assert first_divergence({0: ["a()", "b()"], 1: ["a()", "b()"]}) is None
     assert first_divergence({0: ["a()", "b()"], 1: ["a()", "c(step 2)"]}) == "L3: collective #2 differs across ranks: rank 0 b(), rank 1 c(step 2)"
     assert first_divergence({0: ["a()"], 1: []}) == "L3: collective #1 differs across ranks: rank 0 a(), rank 1 nothing"
+
+
+# --- several vote groups: four ranks as 2x2 (attn_tp pairs across attn_cp pairs) -----------------------
+
+GRID = "2x2"
+
+
+@pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5")
+def test_2x2_groups_skewed_io_and_an_abort(run_ranks, impl, require):
+    """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.
+
+    Skewed KV: every rank finishes at the slowest rank's step. An abort on the
+    last rank: it joins neutrally on both its groups. Every check runs one vote
+    collective per group and id (X2, X4) and the ranks of each group run the
+    same collectives on it (L3): scenario_problems() compares them group by group.
+    """
+    require(impl, "vote_groups")
+    skewed, aborted = run_ranks([
+        Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"}),
+        Scenario("in_groups", {"layout": GRID, "inner": "abort_on_one_rank", "aborting_rank": 3, "peers_level": "done"}),
+    ], 4)
+    assert skewed.finished_at("r1") == {rank: ("cache 0 check 4", FULL) for rank in range(4)}
+    assert aborted.finished_at("r2") == {rank: ("cache 0 check 2", FULL) for rank in range(4)}
+    assert {r.rank: r.matches["r1"] for r in aborted.ranks} == {rank: (0, 0) for rank in range(4)}
+    for r in skewed.ranks:
+        groups = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE}
+        # X2: upstream's attention rule (every attention group larger than one rank), or hi_mamba's (tp only).
+        attention = {f"attn_cp:{r.rank % 2},{r.rank % 2 + 2}", f"attn_tp:{r.rank - r.rank % 2},{r.rank - r.rank % 2 + 1}"}
+        assert groups in (attention, {"tp:0,1,2,3"}), f"X2: rank {r.rank} ran collectives on {groups}; its vote groups are {attention} (or tp)"

@@ -24,8 +24,8 @@ from conformance.races import (
     require,
     require_pool,
     served,
-    state_pools,
     stored_request,
+    trailing_pools,
     vote_of,
 )
 from conformance.scenarios import drive, request_data, request_tokens, store
@@ -199,7 +199,7 @@ def test_w4_revoked_prefetch_is_terminated(impl, make_cache, trace, policy):
 def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, gate, clock):
     cache, config = make(make_cache, "best_effort")
     tokens, data = stored_request(cache, seed=16, pages=PAGES, page_size=PS)
-    extras = all_pages_extra_pools(cache) or state_pools(cache)
+    extras = all_pages_extra_pools(cache) or trailing_pools(cache)
     done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=extras[0] if extras else None, timed_out=False)
     terminates = op_events(trace, "r1", EventKind.TERMINATE)
     assert len(terminates) == 1, f"F2: expected one terminate of r1, saw {len(terminates)}"

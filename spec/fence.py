@@ -10,10 +10,12 @@ Order of a commit, on every rank:
      and snapshot its per-pool progress and in-flight IO (F1, F2);
   2. committable pages = min(KV pages, pages of every ALL_PAGES pool) (F3);
   3. one MIN collective agrees the committed pages across ranks (F3, S4), and
-     for every TRAILING_PAGES pool whether every rank loaded its state for
-     exactly that length (F4): payload [pages, s, -s per trailing pool];
+     for every trailing pool (a TRAILING_PAGES state, a TRAILING_WINDOW
+     window) whether every rank loaded it for exactly that length (F4, F10):
+     payload [pages, s, -s per trailing pool];
   4. insert the committed pages of KV and every ALL_PAGES pool; attach a
-     TRAILING_PAGES state only if every rank loaded it for that length (F4);
+     TRAILING_PAGES state, or a TRAILING_WINDOW pool's whole window, only if
+     every rank loaded it for that length (F4, F10);
   5. free every other slot whose IO is not in flight now; a slot with IO in
      flight is freed by whoever ends that IO, never before (F5, F9).
 """
@@ -36,6 +38,21 @@ class HitPolicy(str, Enum):
 
     ALL_PAGES = "all_pages"  # every page of the hit must be present (e.g. an indexer)
     TRAILING_PAGES = "trailing_pages"  # only the state at the last page matters (e.g. mamba)
+    # Only the pages within the window before the match end matter (sliding-window
+    # attention): a match of p pages needs the last min(window pages, p) of them (F10).
+    TRAILING_WINDOW = "trailing_window"
+
+
+# Pools whose data belongs to one prefix length: attached for exactly that length, or dropped.
+TRAILING_POLICIES = (HitPolicy.TRAILING_PAGES, HitPolicy.TRAILING_WINDOW)
+
+
+def window_pages(window_tokens: int, page_size: int) -> int:
+    """Pages a TRAILING_WINDOW pool keeps before a match end: the window rounded up to whole pages."""
+    for name, value in (("window_tokens", window_tokens), ("page_size", page_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(name, value, "an integer > 0")
+    return -(-window_tokens // page_size)
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,9 @@ class PoolProgress:
 
     For ALL_PAGES pools, completed_pages counts leading pages loaded.
     For TRAILING_PAGES pools, completed_pages is the hit length (in pages)
-    whose trailing state was loaded, or 0 when none was.
+    whose trailing state was loaded, or 0 when none was. For TRAILING_WINDOW
+    pools, it is the hit length whose whole window (every page of it) was
+    loaded, or 0 when any page of it was not.
     """
 
     name: str
@@ -76,9 +95,9 @@ def agreed_pages(per_rank: Sequence[int]) -> int:
 
 
 def trailing_attached(pool: PoolProgress, committed_pages: int) -> bool:
-    """F4: a trailing state is attached only if it belongs to exactly the committed length."""
-    if pool.hit_policy is not HitPolicy.TRAILING_PAGES:
-        raise ConfigError("hit_policy", pool.hit_policy.value, "trailing_pages")
+    """F4, F10: a trailing state, or a window, is attached only if it belongs to exactly the committed length."""
+    if pool.hit_policy not in TRAILING_POLICIES:
+        raise ConfigError("hit_policy", pool.hit_policy.value, " or ".join(p.value for p in TRAILING_POLICIES))
     return committed_pages > 0 and pool.completed_pages == committed_pages
 
 
@@ -90,8 +109,9 @@ UNTRACKED_COMMIT_PAGES = 0
 def commit_payload(local_pages: int, trailing_pages: Sequence[int] = ()) -> list[int]:
     """What each rank contributes to the one MIN all-reduce of a commit.
 
-    trailing_pages: per TRAILING_PAGES pool (in a fixed order every rank
-    shares), the length its state was loaded for (0: none). Carrying s and -s
+    trailing_pages: per trailing pool (TRAILING_PAGES and TRAILING_WINDOW, in
+    a fixed order every rank shares), the length its state or whole window
+    was loaded for (0: none). Carrying s and -s
     gives MIN and MAX in one MIN reduce.
     """
     payload = [int(local_pages)]
@@ -111,10 +131,11 @@ class CommitDecision:
 
 
 def read_commit(reduced: Sequence[int]) -> CommitDecision:
-    """F3 + F4 across ranks: the committed pages, and per trailing pool whether to attach.
+    """F3 + F4 + F10 across ranks: the committed pages, and per trailing pool whether to attach.
 
-    A state is attached only when every rank loaded it for exactly the
-    committed length: otherwise ranks would serve different prefixes.
+    A state or a window is attached only when every rank loaded it for
+    exactly the committed length: otherwise ranks would serve different
+    prefixes.
     """
     if not reduced or (len(reduced) - 1) % 2:
         raise ConfigError("reduced", list(reduced), "[pages] followed by a (min, -max) pair per trailing pool")
@@ -177,8 +198,9 @@ def committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[st
     to the last hit length (HIT) before the terminate. A revoked operation,
     and one terminated outside a scheduler check (an abort, step None: it
     joins the commit with nothing, X4), can commit 0. None when `op` was
-    never terminated or revoked. Trailing (state) pools do not bound the
-    pages: their state is attached or not (F4).
+    never terminated or revoked. Trailing pools (states, windows) do not
+    bound the pages: they are attached or not (F4, F10;
+    window_attachable_at_terminate).
     """
     loads: set[int] = set()
     allocated: dict[str, list[int]] = {}
@@ -217,3 +239,37 @@ def _leading_pages(slots: Sequence[int], loaded: set[int], page_size: int) -> in
             break
         pages += 1
     return pages
+
+
+def window_attachable_at_terminate(events: Sequence[Event], op: str, pool: str) -> int | None:
+    """F10 from the trace alone: the hit length (pages) for which `op` had loaded `pool`'s whole window when terminated.
+
+    The window is the pool's one load of `op` (its IO_START); it was loaded
+    for the hit length in effect when that load began (the last HIT before
+    it), and counts only if every slot of it ended loaded (IO_END ok) before
+    the TERMINATE. 0 when it was not (or never started, or `op` was revoked
+    or aborted); None when `op` was never terminated or revoked. On every
+    rank the commit may attach the window only when each rank's value here
+    equals the committed pages.
+    """
+    hit = 0
+    loaded_for = 0
+    window_io: int | None = None
+    wanted: set[int] = set()
+    done: set[int] = set()
+    for e in events:
+        if e.op != op:
+            continue
+        if e.kind is EventKind.REVOKE:
+            return 0
+        if e.kind is EventKind.TERMINATE:
+            if e.step is None or window_io is None:
+                return 0
+            return loaded_for if wanted and wanted <= done else 0
+        if e.kind is EventKind.HIT:
+            hit = int(e.value)
+        elif e.kind is EventKind.IO_START and e.value == LOAD and e.pool == pool and window_io is None:
+            window_io, loaded_for, wanted = e.io, hit, set(e.slots)
+        elif e.kind is EventKind.IO_END and e.io == window_io and e.value:
+            done.update(e.slots)
+    return None

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from spec.config import Policy, TerminationConfig
 from spec.decision import VOTE_COLLECTIVE, collectives_per_check, combine, local_vote, vote_clause
 from spec.errors import ConfigError
+from spec.groups import group_members
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
 
@@ -214,6 +215,51 @@ def check_f3(ctx: CheckContext) -> Iterator[Violation]:
                         yield Violation("F3", f"inserted by {e.op} without a completed load of its bytes", e, slot)
 
 
+def check_f10(ctx: CheckContext) -> Iterator[Violation]:
+    """F10: a window pool's pages enter the tree only as the whole window loaded for exactly the committed length.
+
+    An operation names its window pools in its OP_START ('window_pools').
+    Each window is loaded in one transfer; its pages count only if that
+    transfer ended loaded in every slot, and only for the hit length in
+    effect when it began (spec.fence.window_attachable_at_terminate).
+    """
+    for trace in ctx.traces.values():
+        windows: dict[str, set[str]] = {}  # op -> window pools (from OP_START)
+        hit: dict[str, int] = {}
+        load: dict[tuple[str, str], tuple[int, int, set[int]]] = {}  # (op, pool) -> (io, loaded for, slots)
+        done: dict[int, set[int]] = defaultdict(set)
+        committed: dict[str, int] = {}
+        page_size: dict[str, int] = {}
+        for e in trace.events:
+            if e.kind is EventKind.OP_START and isinstance(e.value, dict):
+                windows[e.op] = set(e.value.get("window_pools", ()))
+                page_size[e.op] = int(e.value.get("page_size", 1))
+            elif e.kind is EventKind.HIT:
+                hit[e.op] = int(e.value)
+            elif e.kind is EventKind.IO_START and e.value == LOAD and e.pool in windows.get(e.op, ()) and (e.op, e.pool) not in load:
+                load[(e.op, e.pool)] = (e.io, hit.get(e.op, 0), set(e.slots))
+            elif e.kind is EventKind.IO_END and e.value and e.io is not None:
+                done[e.io].update(e.slots)
+            elif e.kind is EventKind.COMMIT:
+                committed[e.op] = int(e.value)
+            elif e.kind is EventKind.INSERT and e.pool in windows.get(e.op, ()) and e.slots:
+                started = load.get((e.op, e.pool))
+                tokens = committed.get(e.op)
+                if started is None:
+                    yield Violation("F10", f"window pages of {e.op} inserted without a window load", e)
+                    continue
+                io, pages, slots = started
+                missing = sorted(slots - done[io])
+                if missing:
+                    yield Violation("F10", f"window of {e.op} attached although slots {missing[:8]} of it never loaded (a partial window)", e)
+                elif tokens is not None and tokens != pages * page_size.get(e.op, 1):
+                    yield Violation(
+                        "F10",
+                        f"window of {e.op} loaded for a hit of {pages} pages attached to a commit of {tokens} tokens (another length's window)",
+                        e,
+                    )
+
+
 # --- decision and combine, as recorded -------------------------------------
 
 def _votes(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
@@ -266,24 +312,32 @@ def check_x1(ctx: CheckContext) -> Iterator[Violation]:
 
 
 def check_x2(ctx: CheckContext) -> Iterator[Violation]:
-    """X2: one vote collective per check under wait_complete and timeout, none under best_effort.
+    """X2: one vote collective per check on each vote group under wait_complete and timeout, none under best_effort.
 
-    Checked on multi-rank traces only: with one rank there is nobody to disagree with,
-    and implementations may skip the no-op reduce.
+    A rank's vote groups are the groups its vote collectives ran on anywhere in
+    its trace (one unlabelled group for an implementation with one group);
+    each check needs exactly one on each. Checked on multi-rank traces only:
+    with one rank there is nobody to disagree with, and implementations may
+    skip the no-op reduce.
     """
     if len(ctx.traces) < 2:
         return
-    for trace in ctx.traces.values():
-        counts: dict[tuple[str, int], int] = defaultdict(int)
+    for rank, trace in ctx.traces.items():
+        counts: dict[tuple[str, int, str | None], int] = defaultdict(int)
+        groups: set[str | None] = set()
         for e in trace.events:
             if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.step is not None:
-                counts[(e.op, e.step)] += 1
+                counts[(e.op, e.step, e.group)] += 1
+                groups.add(e.group)
         for e in trace.events:
-            if e.kind is EventKind.VOTE and e.state is not None:
-                want = collectives_per_check(e.state.policy)
-                got = counts.get((e.op, e.step), 0)
+            if e.kind is not EventKind.VOTE or e.state is None:
+                continue
+            want = collectives_per_check(e.state.policy)
+            for group in sorted(groups or {None}, key=str):
+                got = counts.get((e.op, e.step, group), 0)
                 if got != want:
-                    yield Violation("X2", f"{got} vote collectives in this check; {e.state.policy.value} needs {want}", e)
+                    on = f" on group {group}" if group is not None else ""
+                    yield Violation("X2", f"{got} vote collectives{on} in this check (rank {rank}, step {e.step}); {e.state.policy.value} needs {want}", e)
 
 
 # --- liveness ----------------------------------------------------------------
@@ -419,39 +473,41 @@ def check_l2(ctx: CheckContext) -> Iterator[Violation]:
 
 
 def check_l3(ctx: CheckContext) -> Iterator[Violation]:
-    """L3: every rank runs the same collectives, in the same order, per check and per operation."""
+    """L3: the ranks of each group run the same collectives on it, in the same order, per check and per operation.
+
+    A collective names its group (spec/groups.py); an unlabelled one ran on the
+    implementation's single group, every rank of the traces.
+    """
     if len(ctx.traces) < 2:
         return
-    per_step: dict[int, dict[int, list[tuple[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
-    per_op: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    ranks = sorted(ctx.traces)
+    # (group, "step"|"op", step or op) -> rank -> [(name, op)]
+    seqs: dict[tuple, dict[int, list[tuple[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
     first: dict[tuple, Event] = {}
     for rank, trace in ctx.traces.items():
         for e in trace.events:
             if e.kind is not EventKind.COLLECTIVE:
                 continue
-            if e.step is not None:
-                per_step[e.step][rank].append((e.value, e.op))
-                first.setdefault(("step", e.step, rank), e)
+            key = (e.group, "step", e.step) if e.step is not None else (e.group, "op", e.op)
+            seqs[key][rank].append((e.value, e.op))
+            first.setdefault((key, rank), e)
+    for key, by_rank in sorted(seqs.items(), key=lambda item: (str(item[0][0]), item[0][1], str(item[0][2]))):
+        group, where, at = key
+        members = [r for r in (group_members(group) or ranks) if r in ctx.traces]
+        if len(members) < 2:
+            continue
+        reference = by_rank.get(members[0], [])
+        for rank in members[1:]:
+            got = by_rank.get(rank, [])
+            if got == reference:
+                continue
+            event = first.get((key, rank)) or first.get((key, members[0]))
+            on = f" on group {group}" if group is not None else ""
+            if where == "step":
+                message = f"step {at}{on}: rank {rank} ran collectives {_fmt(got)}, rank {members[0]} ran {_fmt(reference)}"
             else:
-                per_op[e.op][rank].append(e.value)
-                first.setdefault(("op", e.op, rank), e)
-    ranks = sorted(ctx.traces)
-    for step, by_rank in sorted(per_step.items()):
-        reference = by_rank.get(ranks[0], [])
-        for rank in ranks[1:]:
-            if by_rank.get(rank, []) != reference:
-                event = first.get(("step", step, rank)) or first.get(("step", step, ranks[0]))
-                yield Violation(
-                    "L3",
-                    f"step {step}: rank {rank} ran collectives {_fmt(by_rank.get(rank, []))}, rank {ranks[0]} ran {_fmt(reference)}",
-                    event,
-                )
-    for op, by_rank in per_op.items():
-        reference = by_rank.get(ranks[0], [])
-        for rank in ranks[1:]:
-            if by_rank.get(rank, []) != reference:
-                event = first.get(("op", op, rank)) or first.get(("op", op, ranks[0]))
-                yield Violation("L3", f"operation {op}: rank {rank} ran {by_rank.get(rank, [])}, rank {ranks[0]} ran {reference}", event)
+                message = f"operation {at}{on}: rank {rank} ran {[name for name, _ in got]}, rank {members[0]} ran {[name for name, _ in reference]}"
+            yield Violation("L3", message, event)
 
 
 def _io_bounds(ctx: CheckContext) -> dict[str, float]:
@@ -521,6 +577,7 @@ CHECKERS: dict[str, Checker] = {
     "S4": check_s4,
     "S5": check_s5,
     "F3": check_f3,
+    "F10": check_f10,
     "D": check_decision,
     "X1": check_x1,
     "X2": check_x2,

@@ -60,7 +60,7 @@ IO_DIRECTIONS = (LOAD, BACKUP, LOAD_BACK_COPY, WRITE_BACK_COPY)
 
 # What each kind must carry besides seq, kind, rank and t.
 EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
-    EventKind.OP_START: ("op, value={'policy', 'requested_pages', 'io_timeout_s'?}", "a prefetch operation was created (start time = t; io_timeout_s: the bound on each of its transfers, L4)"),
+    EventKind.OP_START: ("op, value={'policy', 'requested_pages', 'io_timeout_s'?, 'window_pools'?}", "a prefetch operation was created (start time = t; io_timeout_s: the bound on each of its transfers, L4; window_pools: its TRAILING_WINDOW pools, F10)"),
     EventKind.ALLOC: ("op, pool, space, slots", "slots were allocated for the operation"),
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
     EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
@@ -70,7 +70,7 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.IO_DONE: ("op", "the IO thread will start no more IO for the operation"),
     EventKind.STEP: ("step", "a scheduler check began"),
     EventKind.VOTE: ("op, step, value=vote, state, seen?", "this rank's vote and the state it saw (seen: the trace position of that snapshot)"),
-    EventKind.COLLECTIVE: ("step?, op?, value=name", "this rank entered a collective"),
+    EventKind.COLLECTIVE: ("step?, op?, value=name, group?", "this rank entered a collective (group: '<kind>:<ranks>' when it runs on one of several groups, spec/groups.py)"),
     EventKind.TERMINATE: ("op, step, value=completed_tokens", "the operation was marked terminated"),
     EventKind.COMMIT: ("op, step?, value=tokens", "the agreed length inserted (0 when nothing)"),
     EventKind.INSERT: ("op, pool, space, slots", "these slots entered the tree"),
@@ -99,10 +99,12 @@ class Event:
     # VOTE: the trace position (a seq) at which the state was observed; events
     # from `seen` on happened after the observation even if recorded before the vote.
     seen: int | None = None
+    # COLLECTIVE: the process group it ran on ('<kind>:<ranks>', spec/groups.py); None: the one group.
+    group: str | None = None
 
     def describe(self) -> str:
         parts = [f"#{self.seq} {self.kind.value}", f"rank {self.rank}"]
-        for name in ("op", "step", "pool", "space", "io"):
+        for name in ("op", "step", "pool", "space", "io", "group"):
             v = getattr(self, name)
             if v is not None:
                 parts.append(f"{name} {v}")

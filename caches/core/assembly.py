@@ -11,18 +11,25 @@ from typing import Any
 import torch
 
 from caches.config import CacheConfig
-from caches.core.pools import PoolSet, PoolSpec
+from caches.core.pools import HitPolicy, PoolSet, PoolSpec
 from caches.core.reducer import LocalReducer, Reducer, TorchDistReducer
 from caches.core.slots import KV_GROUP, STATE_GROUP, SlotGroup
 from caches.storage import FileStorage, MemoryStorage, StorageBackend, StorageConfigError
 from caches.storage.namespace import StorageNamespace
 from spec.errors import ConfigError
+from spec.fence import window_pages
 from spec.trace import DEVICE, HOST, TraceRecorder
 
 
 @dataclass(frozen=True)
 class CachePools:
-    """Every pool of a cache, on both tiers: "kv" first, then token pools, then state pools."""
+    """Every pool of a cache, on both tiers: "kv" first, then the other pools.
+
+    token_pools live in the KV slot numbers (KV and the pools sharing them);
+    window_pools are token pools with a slot group of their own, named after
+    the pool (TRAILING_WINDOW, owned per node by the cache's hooks);
+    state_pools hold one slot per prefix end.
+    """
 
     specs: list[PoolSpec]
     device: PoolSet
@@ -30,7 +37,16 @@ class CachePools:
 
     @property
     def token_pools(self) -> list[str]:
-        return [s.name for s in self.specs if s.unit == "token"]
+        return [s.name for s in self.specs if s.unit == "token" and (s.name == "kv" or s.shares_kv_slots)]
+
+    @property
+    def window_pools(self) -> list[str]:
+        return [s.name for s in self.specs if s.hit_policy is HitPolicy.TRAILING_WINDOW]
+
+    @property
+    def trailing_pools(self) -> list[str]:
+        """Pools attached for exactly one prefix length (F4, F10), in the order the commit collective carries them."""
+        return [*self.state_pools, *self.window_pools]
 
     @property
     def state_pools(self) -> list[str]:
@@ -55,20 +71,25 @@ def build_pools(config: CacheConfig, device: torch.device) -> CachePools:
         specs.append(PoolSpec.indexer(config.indexer_elem_shape, dtype))
     if "mamba" in config.extra_pools:
         specs.append(PoolSpec.mamba(config.state_elem_shape, dtype))
+    if "swa" in config.extra_pools:
+        specs.append(PoolSpec.swa(config.swa_elem_shape, dtype, window_pages(config.swa_window_tokens, config.page_size) * config.page_size))
 
     def sizes(tier: str) -> dict[str, int]:
         tokens = (config.device_pages if tier == DEVICE else config.host_pages) * config.page_size
         states = config.state_device_slots if tier == DEVICE else config.state_host_slots
-        return {s.name: (states if s.unit == "state" else tokens) for s in specs}
+        window = (config.swa_device_pages if tier == DEVICE else config.swa_host_pages) * config.page_size
+        return {s.name: (states if s.unit == "state" else window if s.window_tokens else tokens) for s in specs}
 
     return CachePools(specs, PoolSet.device(specs, sizes(DEVICE), device), PoolSet.host(specs, sizes(HOST), device))
 
 
 def slot_groups(config: CacheConfig, pools: CachePools) -> list[SlotGroup]:
-    """KV pages for the token pools; one slot per state for the state pools (when there are any)."""
+    """KV pages for the token pools; one slot per state for the state pools; pages of its own for each window pool."""
     groups = [SlotGroup(KV_GROUP, config.page_size, tuple(pools.token_pools), {DEVICE: config.device_pages, HOST: config.host_pages})]
     if pools.state_pools:
         groups.append(SlotGroup(STATE_GROUP, 1, tuple(pools.state_pools), {DEVICE: config.state_device_slots, HOST: config.state_host_slots}))
+    for pool in pools.window_pools:  # the group is named after its pool
+        groups.append(SlotGroup(pool, config.page_size, (pool,), {DEVICE: config.swa_device_pages, HOST: config.swa_host_pages}))
     return groups
 
 

@@ -35,6 +35,7 @@ import torch
 from caches.config import CacheConfig
 from caches.core.arguments import checked_count, checked_request_id, checked_request_ids
 from caches.core.assembly import build_pools, build_reducers, check_extra_pools, open_storage, slot_groups
+from caches.core.process_groups import build_group_reducers
 from caches.core.commit import PrefetchCommit
 from caches.core.controller import StorageController
 from caches.core.copies import CopyTracker
@@ -58,6 +59,7 @@ from caches.storage.namespace import StorageNamespace
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
 from spec.errors import ConfigError
+from spec.groups import ATTENTION_RULE
 from spec.trace import NullRecorder, TraceRecorder
 
 __all__ = ["CacheStats", "HierarchicalCache", "KV_GROUP", "STATE_GROUP", "StateRef"]
@@ -70,6 +72,8 @@ class HierarchicalCache:
     # The parts a variant may swap (caches/variants/ replaces the fence and the operation).
     commit_class: ClassVar[type[PrefetchCommit]] = PrefetchCommit
     operation_class: ClassVar[type[PrefetchOperation]] = PrefetchOperation
+    # Which of several process groups the collectives run on (spec/groups.py, X2): upstream's attention rule.
+    vote_group_rule: ClassVar[str] = ATTENTION_RULE
 
     def __init__(
         self,
@@ -78,6 +82,7 @@ class HierarchicalCache:
         trace: TraceRecorder | None = None,
         clock: Clock | None = None,
         process_group: Any = None,
+        process_groups: Any = None,
         storage: StorageBackend | None = None,
     ) -> None:
         if not isinstance(config, CacheConfig):
@@ -91,7 +96,12 @@ class HierarchicalCache:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.trace: TraceRecorder = trace if trace is not None else NullRecorder()
         self.device = torch.device(config.device)
-        self.reducer, hit_reducer, self._own_groups = build_reducers(process_group, self.device, self.trace)
+        if process_groups is not None:  # several vote groups (tp, attn_tp, attn_cp), reduced over as upstream does
+            if process_group is not None:
+                raise ConfigError("process_groups", "given with process_group", "one of process_group (one group) or process_groups (several)")
+            self.reducer, hit_reducer, self._own_groups = build_group_reducers(process_groups, self.vote_group_rule, self.device, self.trace)
+        else:
+            self.reducer, hit_reducer, self._own_groups = build_reducers(process_group, self.device, self.trace)
         self.rank = self.reducer.rank
         self.world_size = self.reducer.world_size
         who = f"{self.name} rank {self.rank}"
@@ -99,7 +109,7 @@ class HierarchicalCache:
         # Memory: pools on both tiers, slot accounting over them, the copies between tiers.
         pools = build_pools(config, self.device)
         self.specs, self.device_pools, self.host_pools = pools.specs, pools.device, pools.host
-        self.token_pools, self.state_pools = pools.token_pools, pools.state_pools
+        self.token_pools, self.state_pools, self.window_pools = pools.token_pools, pools.state_pools, pools.window_pools
         self.slots = SlotAccounting(self.name, slot_groups(config, pools), self.trace)
         # Storage first: a bad storage_path is refused before any thread starts.
         self.storage_namespace = StorageNamespace.of(
@@ -138,7 +148,7 @@ class HierarchicalCache:
         self.commit = self.commit_class(parts, reducer=self.reducer, prefetches=self.prefetches)
         self.scheduler = SchedulerStep(
             termination=self.termination, trace=self.trace, clock=self.clock, reducer=self.reducer, copies=self.copies,
-            prefetches=self.prefetches, commit=self.commit, trailing_pools=len(self.state_pools),
+            prefetches=self.prefetches, commit=self.commit, trailing_pools=len(pools.trailing_pools),
         )
         self.load_back_path = LoadBackPath(parts, eviction=self.eviction)
         self._closed = False

@@ -4,9 +4,9 @@ Each cache decides *when* to stop waiting (its own `can_terminate_prefetch`);
 *what* may then enter the tree is decided here, once, by the fence
 (spec/fence.py): terminate and snapshot under the operation's lock (F1, F2),
 clamp to every ALL_PAGES pool (F3), agree the length and the trailing
-states across ranks in one MIN collective (S4, F4), insert only finished
-slots into the tree (RadixTree.insert_host), and free the rest now or when
-their IO ends (F5).
+states and windows across ranks in one MIN collective (S4, F4, F10), insert
+only finished slots into the tree (RadixTree.insert_host), and free the rest
+now or when their IO ends (F5).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from caches.core.prefetch_path import PrefetchPath
 from caches.core.reducer import Reducer
 from caches.core.state import node_states
 from caches.core.tree import TreeNode
-from spec.fence import COMMIT_COLLECTIVE, HitPolicy, commit_payload, committable_pages, read_commit
+from spec.fence import COMMIT_COLLECTIVE, TRAILING_POLICIES, HitPolicy, commit_payload, committable_pages, read_commit
 from spec.trace import HOST, EventKind
 
 
@@ -25,7 +25,7 @@ class PrefetchCommit(CorePart):
     def __init__(self, parts: CoreParts, *, reducer: Reducer, prefetches: PrefetchPath) -> None:
         super().__init__(parts)
         self.token_pools = parts.pools.token_pools
-        self.state_pools = parts.pools.state_pools
+        self.trailing_pools = parts.pools.trailing_pools  # states and windows, in the commit collective's order
         self.reducer = reducer
         self.prefetches = prefetches
 
@@ -34,11 +34,11 @@ class PrefetchCommit(CorePart):
         progress = op.terminate(step)  # F1 + F2
         kv_pages = min(progress.completed_tokens // self.page_size, len(progress.hash_value))
         local = committable_pages(kv_pages, progress.pool_progress)  # F3
-        loaded_states = {p.name: p.completed_pages for p in progress.pool_progress if p.hit_policy is HitPolicy.TRAILING_PAGES}
-        payload = commit_payload(local, [loaded_states.get(pool, 0) for pool in self.state_pools])
+        loaded_for = {p.name: p.completed_pages for p in progress.pool_progress if p.hit_policy in TRAILING_POLICIES}
+        payload = commit_payload(local, [loaded_for.get(pool, 0) for pool in self.trailing_pools])
         decision = read_commit(self.reducer.all_reduce_min(payload, name=COMMIT_COLLECTIVE, op=op.request_id, step=step))
         agreed = decision.pages
-        attach = {pool for pool, ok in zip(self.state_pools, decision.trailing_attached) if ok}  # F4, on every rank
+        attach = {pool for pool, ok in zip(self.trailing_pools, decision.trailing_attached) if ok}  # F4, F10: on every rank
         tokens = agreed * self.page_size
         self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
         if agreed:
@@ -63,10 +63,22 @@ class PrefetchCommit(CorePart):
                 op.release(pool, sorted(duplicates))
         node = result.node
         for plan in op.pool_transfers:
-            if plan.pool in attach:
+            if plan.pool not in attach:
+                continue
+            if plan.hit_policy is HitPolicy.TRAILING_WINDOW:
+                self.attach_window(op, node, plan, pages)
+            else:
                 self.attach_state(op, node, plan)
         self.hooks.on_prefetch_insert(node)
         return node
+
+    def attach_window(self, op: PrefetchOperation, end: TreeNode, plan: PoolPlan, pages: int) -> None:
+        """F10: the whole window, loaded for exactly these pages on every rank, goes to the nodes before `end`'s end."""
+        count = min(len(plan.slots) // self.page_size, pages) * self.page_size
+        taken = self.hooks.windows[plan.pool].attach(end, plan.slots[:count].tolist())
+        if taken:
+            op.take_for_insert(plan.pool, taken)
+            self.trace.record(EventKind.INSERT, op=op.request_id, pool=plan.pool, space=HOST, slots=taken)
 
     def attach_state(self, op: PrefetchOperation, node: TreeNode, plan: PoolPlan) -> bool:
         ref = node_states(node).setdefault(plan.pool, self.hooks.new_state_ref())

@@ -195,25 +195,25 @@ class StorageController:
             op.finish_transfers()
 
     def _count_hit(self, op: PrefetchOperation) -> int:
-        """Leading pages usable in every pool: all of an ALL_PAGES pool's, and a TRAILING pool's state at the end."""
+        """Leading pages usable in every pool: all of an ALL_PAGES pool's, a state or a whole window at the end of a trailing pool's."""
         hashes = op.requested_hashes
         hit = self._exists("hit_query", op, hashes)
-        plans = sorted(op.pool_transfers, key=lambda p: p.hit_policy is not HitPolicy.ALL_PAGES)
-        for plan in plans:
-            if not hit:
-                break
-            if plan.hit_policy is HitPolicy.ALL_PAGES:
+        for plan in op.pool_transfers:
+            if hit and plan.hit_policy is HitPolicy.ALL_PAGES:
                 hit = min(hit, self._exists("hit_query", op, [pool_key(h, plan.pool) for h in hashes[:hit]]))
-            else:
-                hit = self._trailing_hit(op, plan.pool, hashes[:hit])
-        return hit
+        trailing = [plan for plan in op.pool_transfers if plan.hit_policy is not HitPolicy.ALL_PAGES]
+        return self._trailing_hit(op, trailing, hashes[:hit]) if trailing and hit else hit
 
-    def _trailing_hit(self, op: PrefetchOperation, pool: str, hashes: Sequence[str]) -> int:
-        """The deepest prefix ending at a stored state: a hit past it could never end a match."""
+    def _trailing_hit(self, op: PrefetchOperation, plans: Sequence[PoolPlan], hashes: Sequence[str]) -> int:
+        """The deepest prefix where every trailing pool is stored: a hit past it could never end a match."""
         for pages in range(len(hashes), 0, -1):
-            if self._exists("hit_query", op, [pool_key(hashes[pages - 1], pool)]):
+            if all(self._trailing_stored(op, plan, hashes[:pages]) for plan in plans):
                 return pages
         return 0
+
+    def _trailing_stored(self, op: PrefetchOperation, plan: PoolPlan, hashes: Sequence[str]) -> bool:
+        wanted = hashes[-_window_pages(plan, self.page_size, len(hashes)):]
+        return self._exists("hit_query", op, [pool_key(h, plan.pool) for h in wanted]) == len(wanted)
 
     def _exists(self, where: str, op: PrefetchOperation, keys: Sequence[str]) -> int:
         found = self._storage_call(where, op.request_id, lambda: self.storage.exists_prefix(keys))
@@ -252,12 +252,13 @@ class StorageController:
         pages = len(hashes)
         begun: list[tuple[PoolPlan, InFlightIO, list[int], list[str], list[int], int]] = []
         for plan in op.pool_transfers:
-            if plan.hit_policy is HitPolicy.ALL_PAGES:
-                slots = plan.slots[: pages * ps].tolist()
-                keys, firsts, width = hashes, slots[::ps], ps
-            else:
+            if plan.hit_policy is HitPolicy.TRAILING_PAGES:
                 slots = plan.slots.tolist()
                 keys, firsts, width = hashes[-1:], slots, 1
+            else:  # ALL_PAGES: every page; TRAILING_WINDOW: the window's pages before the end
+                count = pages if plan.hit_policy is HitPolicy.ALL_PAGES else _window_pages(plan, ps, pages)
+                slots = plan.slots[: count * ps].tolist()
+                keys, firsts, width = hashes[pages - count :], slots[::ps], ps
             start = op.begin_io(plan.pool, slots)
             if start is None:  # terminated meanwhile: end what was begun, untouched
                 for b_plan, b_start, b_slots, *_ in begun:
@@ -277,13 +278,12 @@ class StorageController:
         results = self._storage_call("extra_pool_get", op.request_id, get_all)
         if results is None:
             results = [[False] * len(b[3]) for b in begun]
-        for (plan, start, slots, _, _, width), ok in zip(begun, results):
+        for (plan, start, slots, keys, _, width), ok in zip(begun, results):
+            arrived = _leading(ok)
             if plan.hit_policy is HitPolicy.ALL_PAGES:
-                arrived = _leading(ok)
                 done_pages = arrived
-            else:
-                arrived = 1 if ok and ok[0] else 0
-                done_pages = pages if arrived else 0
+            else:  # a state, or a whole window, belongs to exactly this hit length (F4, F10)
+                done_pages = pages if arrived == len(keys) else 0
             op.end_io(start, plan.pool, slots[: arrived * width], slots[arrived * width :], pages=done_pages)
 
     def _get(self, op: PrefetchOperation, start: InFlightIO, pool: str, keys: Sequence[str], firsts: Sequence[int], width: int) -> list[bool]:
@@ -336,6 +336,13 @@ class StorageController:
                 job.results[pool] = list(ok)
                 self.trace.record(EventKind.IO_END, pool=pool, space=HOST, slots=slots.tolist(), io=starts[pool].io, value=all(ok))
             self.on_backup_done(job)
+
+
+def _window_pages(plan: PoolPlan, page_size: int, pages: int) -> int:
+    """Pages a trailing pool needs at the end of a `pages`-page hit: one state, or min(the window, the hit)."""
+    if plan.hit_policy is HitPolicy.TRAILING_PAGES:
+        return 1
+    return min(len(plan.slots) // page_size, pages)
 
 
 def _leading(ok: Sequence[bool]) -> int:

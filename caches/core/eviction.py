@@ -37,17 +37,27 @@ class Eviction(CorePart):
         return self.tree.evict_host(num_tokens, on_delete=self.drop_host, can_evict=self._host_evictable)
 
     def evict_path(self, path: Sequence[TreeNode]) -> int:
-        """Take these nodes off the device (a failed load-back left garbage there)."""
+        """Take these nodes off the device (a failed load-back left garbage there; a component evicts a leaf whole)."""
         return self.tree.evict(sum(len(p.key) for p in path), on_demote=self.drop_device, on_delete=self.drop_device,
-                               can_evict=lambda n: n in path)
+                               can_evict=lambda n: n in path and self._device_evictable(n))
+
+    def evict_host_nodes(self, nodes: Sequence[TreeNode]) -> int:
+        """Delete these host-only leaves (a component evicts a host leaf whole); returns tokens evicted."""
+        return self.tree.evict_host(sum(len(n.key) for n in nodes), on_delete=self.drop_host,
+                                    can_evict=lambda n: n in nodes and self._host_evictable(n))
 
     def make_room(self, tier: str, group: str, short: int) -> None:
-        """Slot accounting ran `short` slots short in this tier and group."""
+        """Slot accounting ran `short` slots short in this tier and group: the cache's own means first, then whole nodes.
+
+        A window pool's group is its owner's alone (its eviction takes whole leaves itself).
+        """
         if tier == DEVICE:
-            self.evict(short if group == KV_GROUP else self.page_size)
+            left = self.hooks.make_device_room(group, short)
+            if left > 0 and group not in self.hooks.windows:
+                self.evict(left if group == KV_GROUP else self.page_size)
             return
         left = self.hooks.make_host_room(group, short)
-        if left > 0:
+        if left > 0 and group not in self.hooks.windows:
             self.evict_host(left if group == KV_GROUP else self.page_size)
 
     def _device_evictable(self, node: TreeNode) -> bool:

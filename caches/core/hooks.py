@@ -10,11 +10,17 @@ is not a hook: it is each cache's own code, in its own file.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from caches.core.state import StateRef
 from caches.core.tree_node import MatchResult, TreeNode
+from caches.core.windows import NoWindows, WindowOwner
 
 
 class CacheHooks:
+    # Window pools (caches/core/windows.py) by pool name, each with the component owning its per-node data.
+    windows: Mapping[str, WindowOwner] = NoWindows
+
     # --- matching --------------------------------------------------------------
 
     def usable_match(self, full: MatchResult) -> MatchResult:
@@ -52,6 +58,13 @@ class CacheHooks:
     def on_host_evict(self, node: TreeNode) -> None:
         """`node` lost its host data and leaves the tree."""
 
+    def make_device_room(self, group: str, short: int) -> int:
+        """Free device slots of `group` by this cache's own means first; returns what is still short.
+
+        The core then evicts whole device nodes (least recently used) for the rest.
+        """
+        return short
+
     def make_host_room(self, group: str, short: int) -> int:
         """Free host slots of `group` by this cache's own means first; returns what is still short.
 
@@ -60,6 +73,10 @@ class CacheHooks:
         return short
 
     # --- prefetch and load-back ----------------------------------------------------
+
+    def prefetch_anchor(self, match: MatchResult) -> TreeNode:
+        """The node a prefetch of the matched tokens hangs its pages below (backed up, the root counts)."""
+        return match.deepest_backed_up_node
 
     def pin_prefetch_anchor(self, request_id: str, anchor: TreeNode) -> None:
         """A prefetch will hang its pages below `anchor`: keep this cache's data there (before room is made)."""

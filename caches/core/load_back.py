@@ -13,6 +13,8 @@ from caches.core.pools import tensor_bytes_view
 from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.state import node_states
 from caches.core.tree import TreeNode
+from caches.core.tree_node import concat_slots
+from caches.core.windows import device_window, host_only
 from caches.errors import CacheArgumentError
 from caches.storage import pool_key
 from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, EventKind, page_digest
@@ -50,33 +52,65 @@ class LoadBackPath(CorePart):
             path.append(anchor)
             anchor = anchor.parent
         path.reverse()
-        if not path:
+        # Window pools: the pages of the window ending at `node` whose data is on the host only.
+        windows = {pool: host_only(owner, owner.window_nodes(node) or []) for pool, owner in self.hooks.windows.items()}
+        windows = {pool: nodes for pool, nodes in windows.items() if nodes}
+        if not path and not windows:
             return torch.empty(0, dtype=torch.int64)
         total = sum(len(p.key) for p in path)
-        if total < self.config.load_back_min_tokens or (quota_tokens is not None and total > quota_tokens):
+        if path and (total < self.config.load_back_min_tokens or (quota_tokens is not None and total > quota_tokens)):
             return None
         self.tree.lock(anchor)  # eviction for room must not take the path's device ancestor
         try:
-            device = self.slots.alloc(DEVICE, KV_GROUP, total)
-            if device is None:
+            taken = self._take_device_slots(total, windows)
+            if taken is None:
                 return None
-            host = path[0].host_value if len(path) == 1 else torch.cat([p.host_value for p in path])
-            hashes = [h for p in path for h in p.hash_value]
-            for pool in self.pools.token_pools:
-                self.copies.copy(
-                    pool=pool, group=KV_GROUP, direction=LOAD_BACK_COPY,
-                    dst=self.pools.device[pool], dst_slots=device, src=self.pools.host[pool], src_slots=host,
-                    on_done=self._done(pool, path, hashes, host, device),
-                )
-            offset = 0
-            for p in path:
-                self.tree.set_device_value(p, device[offset : offset + len(p.key)])
-                offset += len(p.key)
-            self._load_back_states(path[-1])
+            device, window_slots = taken
+            if path:
+                self._copy_pages(self.pools.token_pools, KV_GROUP, path, concat_slots([p.host_value for p in path], device[:0]), device)
+                offset = 0
+                for p in path:
+                    self.tree.set_device_value(p, device[offset : offset + len(p.key)])
+                    offset += len(p.key)
+            for pool, nodes in windows.items():
+                owner = self.hooks.windows[pool]
+                self._copy_pages([pool], pool, nodes, torch.cat([owner.slots(n, HOST) for n in nodes]), window_slots[pool])
+                offset = 0
+                for n in nodes:
+                    owner.set_slots(n, DEVICE, window_slots[pool][offset : offset + len(n.key)])
+                    offset += len(n.key)
+            if path:
+                self._load_back_states(path[-1])
         finally:
             self.tree.unlock(anchor)
         self.stats.loaded_back_tokens += total
         return device
+
+    def _take_device_slots(self, total: int, windows: dict[str, list[TreeNode]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+        """Device slots for the KV path and every window's host-only nodes, all or nothing (nothing is copied yet)."""
+        device = self.slots.alloc(DEVICE, KV_GROUP, total) if total else torch.empty(0, dtype=torch.int64)
+        if device is None:
+            return None
+        taken: dict[str, torch.Tensor] = {}
+        for pool, nodes in windows.items():
+            slots = self.slots.alloc(DEVICE, pool, sum(len(n.key) for n in nodes))
+            if slots is None:
+                for other, got in taken.items():
+                    self.copies.free(DEVICE, other, got, pools=[other])
+                if total:
+                    self.copies.free(DEVICE, KV_GROUP, device, pools=self.pools.token_pools)
+                return None
+            taken[pool] = slots
+        return device, taken
+
+    def _copy_pages(self, pools: list[str], group: str, nodes: list[TreeNode], host: torch.Tensor, device: torch.Tensor) -> None:
+        hashes = [h for n in nodes for h in n.hash_value]
+        for pool in pools:
+            self.copies.copy(
+                pool=pool, group=group, direction=LOAD_BACK_COPY,
+                dst=self.pools.device[pool], dst_slots=device, src=self.pools.host[pool], src_slots=host,
+                on_done=self._done(pool, nodes, hashes, host, device),
+            )
 
     def _load_back_states(self, last: TreeNode) -> None:
         wanted = [(pool, ref) for pool, ref in node_states(last).items() if ref.host is not None and ref.device is None]
@@ -106,8 +140,13 @@ class LoadBackPath(CorePart):
 
         def done(ok: bool) -> None:
             if not ok:
-                # The device copy is garbage: nothing may serve it (evict the path again).
-                self.eviction.evict_path(path)
+                # The device copy is garbage: nothing may serve it (evict the path again, or drop the window).
+                owner = self.hooks.windows.get(pool)
+                if owner is None:
+                    self.eviction.evict_path(path)
+                else:
+                    for n in path:
+                        owner.drop(n, DEVICE)
                 return
             if not self.trace.enabled:
                 return
@@ -134,4 +173,8 @@ class LoadBackPath(CorePart):
             for pool, ref in node_states(state_node).items():
                 if ref.device is not None:
                     out[pool] = self.pools.device[pool].read(torch.tensor([ref.device])).cpu()
+            for pool, owner in self.hooks.windows.items():
+                window = device_window(owner, state_node)
+                if window is not None:  # the rows of the last window_tokens tokens (fewer for a shorter prefix)
+                    out[pool] = self.pools.device[pool].read(window).cpu()
         return out

@@ -67,6 +67,8 @@ class PoolSpec:
 
     ``unit="token"``: one slot per token, slots grouped in pages.
     ``unit="state"``: one slot per request or tree node (e.g. a recurrent state).
+    ``window_tokens``: for a TRAILING_WINDOW pool, the tokens before a match
+    end it must hold (a whole number of pages); 0 for every other pool.
     """
 
     name: str
@@ -75,6 +77,7 @@ class PoolSpec:
     dtype: torch.dtype
     hit_policy: HitPolicy
     shares_kv_slots: bool = False
+    window_tokens: int = 0
 
     def __post_init__(self) -> None:
         _validate_pool_name(self.name)
@@ -115,6 +118,15 @@ class PoolSpec:
                 f"(unit={self.unit!r}) is invalid: only a token pool other than "
                 f"'kv' can reuse the KV pool's slot numbers"
             )
+        windowed = self.hit_policy is HitPolicy.TRAILING_WINDOW
+        if not _is_int(self.window_tokens) or self.window_tokens < 0 or (self.window_tokens > 0) != windowed or (
+            windowed and (self.unit != "token" or self.shares_kv_slots)
+        ):
+            raise PoolSpecError(
+                f"PoolSpec.window_tokens={self.window_tokens!r} for pool '{self.name}' "
+                f"(hit_policy={self.hit_policy}, unit={self.unit!r}) is invalid: a TRAILING_WINDOW "
+                f"token pool with slots of its own has window_tokens > 0, every other pool 0"
+            )
         if self.name == "kv" and (
             self.unit != "token" or self.hit_policy is not HitPolicy.ALL_PAGES
         ):
@@ -137,6 +149,11 @@ class PoolSpec:
     @classmethod
     def mamba(cls, elem_shape: Sequence[int], dtype: torch.dtype) -> "PoolSpec":
         return cls("mamba", "state", tuple(elem_shape), dtype, HitPolicy.TRAILING_PAGES)
+
+    @classmethod
+    def swa(cls, elem_shape: Sequence[int], dtype: torch.dtype, window_tokens: int) -> "PoolSpec":
+        """Sliding-window KV: token rows in slot numbers of its own; a match needs the last window of them."""
+        return cls("swa", "token", tuple(elem_shape), dtype, HitPolicy.TRAILING_WINDOW, window_tokens=window_tokens)
 
     @property
     def bytes_per_slot(self) -> int:

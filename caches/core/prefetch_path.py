@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import torch
+
 from caches.core.arguments import checked_request_id, checked_tokens
 from caches.core.hashing import page_hashes
 from caches.core.operation import PoolPlan, PrefetchOperation
@@ -23,7 +25,7 @@ from caches.core.reducer import Reducer
 from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.tree import TreeNode
 from caches.errors import CacheArgumentError, CacheTimeoutError
-from spec.fence import HitPolicy
+from spec.fence import HitPolicy, window_pages
 from spec.trace import HOST, EventKind
 
 
@@ -57,7 +59,7 @@ class PrefetchPath(CorePart):
             raise CacheArgumentError("request_id", request_id, "an id with no prefetch in flight")
         tokens = checked_tokens(tokens)
         ps = self.page_size
-        anchor = self.tree.match_prefix(tokens).deepest_backed_up_node
+        anchor = self.hooks.prefetch_anchor(self.tree.match_prefix(tokens))
         start = self.tree.depth(anchor)
         pages = (len(tokens) - start) // ps
         pages = min(pages, (self.config.prefetch_capacity_tokens - self.tokens_occupied) // ps)
@@ -87,6 +89,17 @@ class PrefetchPath(CorePart):
         pages = min(pages, self.slots.ensure_free(HOST, KV_GROUP, pages * ps) // ps)
         if pages < self.config.prefetch_threshold_pages:
             return None
+        # A window pool's pages for the window before the end (whole, or the prefetch is not worth it: F10).
+        windows: dict[str, torch.Tensor] = {}
+        for pool in self.pools.window_pools:
+            size = min(window_pages(self.pools.host[pool].spec.window_tokens, ps), pages) * ps
+            window = self.slots.alloc(HOST, pool, size, op=request_id)
+            if window is None:
+                for taken, got in windows.items():
+                    self.slots.release(HOST, taken, got)
+                    self.trace.record(EventKind.FREE, op=request_id, pool=taken, space=HOST, slots=got)
+                return None
+            windows[pool] = window
         wanted = missing[: pages * ps]
         hashes = page_hashes(wanted, ps, prev=anchor.last_hash)
         started = self.clock.now()
@@ -94,7 +107,7 @@ class PrefetchPath(CorePart):
             EventKind.OP_START,
             op=request_id,
             value={"policy": self.config.termination.policy.value, "start": started, "page_size": ps, "requested_pages": pages,
-                   "io_timeout_s": self.config.io_timeout_s},
+                   "io_timeout_s": self.config.io_timeout_s, "window_pools": list(windows)},
         )
         slots = self.slots.alloc(HOST, KV_GROUP, pages * ps, op=request_id)
         assert slots is not None  # room was made above
@@ -104,6 +117,7 @@ class PrefetchPath(CorePart):
             state = self.slots.alloc(HOST, STATE_GROUP, 1, op=request_id)
             if state is not None:
                 extras.append(PoolPlan(pool, HitPolicy.TRAILING_PAGES, state, STATE_GROUP, per_page=False))
+        extras += [PoolPlan(pool, HitPolicy.TRAILING_WINDOW, window, pool) for pool, window in windows.items()]
         op = self.operation_class(
             request_id,
             requested_hashes=hashes,

@@ -47,7 +47,7 @@ class TorchDistReducer:
     rank's CUDA device for nccl.
     """
 
-    def __init__(self, group: Any, trace: TraceRecorder, *, device: torch.device | str = "cpu") -> None:
+    def __init__(self, group: Any, trace: TraceRecorder, *, device: torch.device | str = "cpu", label: str | None = None) -> None:
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
@@ -58,9 +58,11 @@ class TorchDistReducer:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.device = torch.device(device)
+        # One of several vote groups (caches/core/process_groups.py): its trace label, '<kind>:<ranks>'.
+        self.label = label
 
     def _reduce(self, values: Sequence[int], how: Any, name: str, op: str | None, step: int | None) -> list[int]:
-        self.trace.record(EventKind.COLLECTIVE, value=name, op=op, step=step)
+        self.trace.record(EventKind.COLLECTIVE, value=name, op=op, step=step, group=self.label)
         tensor = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self.device)
         self._dist.all_reduce(tensor, op=how, group=self.group)
         return [int(v) for v in tensor.tolist()]

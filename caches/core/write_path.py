@@ -37,9 +37,12 @@ __all__ = ["BackupAcks", "CacheFullError", "HIT_THRESHOLD", "PendingWrite", "Wri
 
 @dataclass
 class PendingWrite:
-    """A device->host backup of one node (split into parts if the node was split meanwhile)."""
+    """A device->host backup of one node (split into parts if the node was split meanwhile).
 
-    parts: list[tuple[TreeNode, torch.Tensor]]
+    parts: (node, its KV host slots, its window pools' host slots), one per part.
+    """
+
+    parts: list[tuple[TreeNode, torch.Tensor, dict[str, torch.Tensor]]]
     locked: TreeNode
     states: dict[str, int]
     records: list[CopyRecord] = field(default_factory=list)
@@ -51,10 +54,13 @@ class PendingWrite:
         return all(r.ok for r in self.records)
 
     def split(self, head: TreeNode, tail: TreeNode) -> None:
-        for index, (node, host) in enumerate(self.parts):
+        for index, (node, host, windows) in enumerate(self.parts):
             if node is tail:
                 cut = len(head.key)
-                self.parts[index : index + 1] = [(head, host[:cut]), (tail, host[cut:])]
+                self.parts[index : index + 1] = [
+                    (head, host[:cut], {pool: w[:cut] for pool, w in windows.items()}),
+                    (tail, host[cut:], {pool: w[cut:] for pool, w in windows.items()}),
+                ]
                 head.ext[PENDING_KEY] = self
                 return
 
@@ -102,7 +108,9 @@ class WritePath(CorePart):
         """A request finished: its data for the full pages of `tokens` enters the device tier.
 
         data[token pool]: [>= full-page tokens, *elem_shape]; data[state pool]
-        (optional): [1, *elem_shape], the state after the last full page.
+        (optional): [1, *elem_shape], the state after the last full page;
+        data[window pool] (optional): like a token pool, of which the pool's
+        owner keeps the window before the end.
         Everything is checked before a slot is taken: a refused write changes nothing.
         """
         tokens = checked_tokens(tokens)
@@ -130,9 +138,12 @@ class WritePath(CorePart):
             for pool, slot in states.items():
                 self.copies.free(DEVICE, STATE_GROUP, [slot], pools=[pool])
             raise
-        return self.insert(tokens[:count], slots, states=states)
+        windows = {pool: data[pool][:count].to(device[pool].torch_device) for pool in self.hooks.windows if pool in data}
+        return self.insert(tokens[:count], slots, states=states, windows=windows)
 
-    def insert(self, tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None) -> InsertResult:
+    def insert(self, tokens: Sequence[int], device_slots: torch.Tensor, *, states: Mapping[str, int] | None = None,
+               windows: Mapping[str, torch.Tensor] | None = None) -> InsertResult:
+        """Device slots of `tokens` into the tree; windows[pool]: a window pool's rows for every token (its owner keeps the window)."""
         result = self.tree.insert(tokens, device_slots)
         if result.duplicate_slots.numel():
             # F9: freed only once no copy into or out of them is pending.
@@ -144,9 +155,9 @@ class WritePath(CorePart):
                 ref.device = slot
             else:
                 self.copies.free(DEVICE, STATE_GROUP, [slot], pools=[pool])
-        touched = [*result.existing_nodes, *result.restored_nodes]
-        if result.new_node is not None:
-            touched.append(result.new_node)
+        for pool, rows in (windows or {}).items():
+            self.hooks.windows[pool].store_write(node, rows)  # may split the path at the window's start
+        touched = self.tree.path_to(node)  # every node of the path was walked or added, root first
         for n in touched:
             n.hit_count += 1
         self.back_up_by_policy(touched)
@@ -168,9 +179,11 @@ class WritePath(CorePart):
         for pool in data:
             if pool not in self.pools.device:
                 raise CacheArgumentError("data", pool, "pools of this cache: " + ", ".join(self.pools.device))
-        for pool in self.pools.token_pools:
+        for pool in [*self.pools.token_pools, *self.pools.window_pools]:
             spec = self.pools.device[pool].spec
             tensor = data.get(pool)
+            if tensor is None and pool in self.pools.window_pools:
+                continue  # optional: the prefix is cached without its window
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 + len(spec.elem_shape) or tensor.shape[0] < count or tuple(tensor.shape[1:]) != spec.elem_shape or tensor.dtype != spec.dtype:
                 got = None if tensor is None else (tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
                 raise CacheArgumentError(f"data[{pool!r}]", got, f"a {spec.dtype} tensor of shape [>= {count}, {', '.join(map(str, spec.elem_shape))}]")
@@ -217,8 +230,14 @@ class WritePath(CorePart):
                 slot = self.slots.alloc(HOST, STATE_GROUP, 1)
                 if slot is not None:
                     states[pool] = int(slot[0])
+        windows: dict[str, torch.Tensor] = {}
+        for pool, owner in self.hooks.windows.items():
+            if owner.slots(node, DEVICE) is not None and owner.slots(node, HOST) is None:
+                slot = self.slots.alloc(HOST, pool, len(node.key))
+                if slot is not None:  # no room: the node is backed up without its window
+                    windows[pool] = slot
         self.tree.lock(node)
-        pending = PendingWrite(parts=[(node, host)], locked=node, states=states)
+        pending = PendingWrite(parts=[(node, host, windows)], locked=node, states=states)
         node.ext[PENDING_KEY] = pending
         device, host_pools = self.pools.device, self.pools.host
         for pool in self.pools.token_pools:
@@ -232,6 +251,11 @@ class WritePath(CorePart):
                 pool=pool, group=STATE_GROUP, direction=WRITE_BACK_COPY,
                 dst=host_pools[pool], dst_slots=torch.tensor([slot]),
                 src=device[pool], src_slots=torch.tensor([device_slot]),
+            ))
+        for pool, slot in windows.items():
+            pending.records.append(self.copies.copy(
+                pool=pool, group=pool, direction=WRITE_BACK_COPY,
+                dst=host_pools[pool], dst_slots=slot, src=device[pool], src_slots=self.hooks.windows[pool].slots(node, DEVICE),
             ))
         self.pending.append(pending)
         return True
@@ -262,7 +286,7 @@ class WritePath(CorePart):
         ok = pending.ok()
         self.tree.unlock(pending.locked)
         backed_up = []
-        for node, host in pending.parts:
+        for node, host, windows in pending.parts:
             node.ext.pop(PENDING_KEY, None)
             parent_ok = node.parent is self.tree.root or node.parent.host_value is not None
             if ok and node.host_value is None and parent_ok:
@@ -270,6 +294,12 @@ class WritePath(CorePart):
                 backed_up.append(node)
             else:
                 self.copies.free(HOST, KV_GROUP, host, pools=self.pools.token_pools)
+            for pool, slot in windows.items():
+                owner = self.hooks.windows[pool]
+                if node in backed_up and owner.slots(node, HOST) is None:
+                    owner.set_slots(node, HOST, slot)
+                else:
+                    self.copies.free(HOST, pool, slot, pools=[pool])
         tail = pending.locked
         for pool, slot in pending.states.items():
             ref = node_states(tail).get(pool)
@@ -285,6 +315,10 @@ class WritePath(CorePart):
     def _submit_storage_backup(self, node: TreeNode) -> None:
         slots: dict[str, torch.Tensor] = {pool: node.host_value for pool in self.pools.token_pools}
         per_page = {pool: True for pool in self.pools.token_pools}
+        for pool, owner in self.hooks.windows.items():
+            window = owner.slots(node, HOST)
+            if window is not None:
+                slots[pool], per_page[pool] = window, True
         for pool, ref in node_states(node).items():
             if ref.host is not None:
                 slots[pool] = torch.tensor([ref.host])

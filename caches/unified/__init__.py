@@ -9,6 +9,7 @@ from caches.unified.components import (
     Mamba,
     build_components,
 )
+from caches.unified.swa import SlidingWindow, WindowData
 
 __all__ = [
     "Component",
@@ -17,5 +18,7 @@ __all__ = [
     "ComponentLockError",
     "FullAttention",
     "Mamba",
+    "SlidingWindow",
+    "WindowData",
     "build_components",
 ]

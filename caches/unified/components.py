@@ -2,17 +2,25 @@
 
 One tree, several kinds of per-node data. Each component owns:
 - its pools (FullAttention: "kv" plus sidecar token pools that share the KV
-  slot numbers, such as the indexer; Mamba: the "mamba" state pool);
+  slot numbers, such as the indexer; Mamba: the "mamba" state pool;
+  SlidingWindow, caches/unified/swa.py: the "swa" pool);
 - a hit policy (ALL_PAGES: every page must be present; TRAILING_PAGES: only
-  the data at the match end matters);
-- per-node data under ``node.ext["components"][name]`` (a ComponentData: this
-  component's lock counts; the slots themselves stay where the core keeps
-  them, so there is one source of truth: ``node.value``/``node.host_value``
-  for token pools, ``node_states(node)`` for state pools);
+  the data at the match end matters; TRAILING_WINDOW: only the window
+  before the match end);
+- its data per node, read and dropped through the component (`slots`,
+  `state`, `drop`): FullAttention's slots are the tree's own
+  (``node.value``/``node.host_value``: the tree is full attention's
+  structure, as upstream's base component is), Mamba's the core's StateRef
+  (``node_states(node)``, shared with the core's state paths), SlidingWindow's
+  its own (in its ComponentData, a slot group of its own); its lock counts
+  under ``node.ext["components"][name]``;
 - its own LRU order (an OrderedDict keyed by node id, touched on insert and
   match) and its own lock counts per node;
 - hooks the cache calls on insert, split, device eviction and host eviction,
-  and a predicate saying whether a node is a usable match end for it.
+  and a predicate saying whether a node is a usable match end for it;
+- a priority for the cascade (caches/unified/hooks.py): full attention 2,
+  sliding window 1, mamba 0; a component dropping its data from a node drops
+  the lower ones' there too, since no match can end there without it.
 
 Locks: ``lock(node)`` is a device pin (taken around load-back): a node any
 component locks is neither device- nor host-evictable. ``pin_host(node)`` is
@@ -28,13 +36,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
+import torch
+
 from caches.core.arguments import checked_count
 from caches.core.copies import CopyTracker
 from caches.core.slots import STATE_GROUP
 from caches.core.state import StateRef, node_states
 from caches.core.tree import RadixTree, TreeNode
 from spec.fence import HitPolicy
-from spec.trace import HOST
+from spec.trace import DEVICE, HOST
 
 EXT_KEY = "components"
 
@@ -81,6 +91,8 @@ class ComponentBase:
     hit_policy: HitPolicy = HitPolicy.ALL_PAGES
     # True: a lock covers the node and its ancestors (data spans the prefix).
     lock_covers_prefix: bool = False
+    data_class: type[ComponentData] = ComponentData
+    priority: int = 0
 
     def __init__(self, tree: RadixTree) -> None:
         self._tree = tree
@@ -92,7 +104,7 @@ class ComponentBase:
         per_node = node.ext.setdefault(EXT_KEY, {})
         found = per_node.get(self.name)
         if found is None:
-            found = per_node[self.name] = ComponentData()
+            found = per_node[self.name] = self.data_class()
         return found
 
     def _peek(self, node: TreeNode) -> ComponentData | None:
@@ -164,6 +176,18 @@ class ComponentBase:
     def least_recent(self) -> Iterator[TreeNode]:
         yield from list(self._lru.values())
 
+    def on_match(self, path: Sequence[TreeNode]) -> None:
+        """A match or an insert ended at path[-1]: the path becomes recent."""
+        for node in path:
+            self.touch(node)
+
+    def drop(self, node: TreeNode, tier: str) -> None:
+        """Drop this component's data on `node` in `tier` (the cascade from a component above it)."""
+
+    def accepts_anchor(self, node: TreeNode) -> bool:
+        """A prefetch may hang pages below `node` and give them usable ends (default: any node)."""
+        return True
+
     # --- hooks ----------------------------------------------------------------
 
     def on_insert(self, node: TreeNode) -> None:
@@ -197,12 +221,17 @@ class FullAttention(ComponentBase):
     name = "full_attention"
     hit_policy = HitPolicy.ALL_PAGES
     lock_covers_prefix = True
+    priority = 2
 
     def __init__(self, tree: RadixTree, evict_host: Callable[[int], int], sidecars: Sequence[str] = ()) -> None:
         super().__init__(tree)
         self._evict_host = evict_host  # the tree's host eviction, through the cache's eviction
         self.sidecars = tuple(sidecars)
         self.pools = ("kv", *self.sidecars)
+
+    def slots(self, node: TreeNode, tier: str) -> torch.Tensor | None:
+        """The node's KV slots on `tier` (the tree's own: full attention is the tree's structure)."""
+        return node.value if tier == DEVICE else node.host_value
 
     def holds_data(self, node: TreeNode) -> bool:
         return node.value is not None or node.host_value is not None
@@ -244,6 +273,24 @@ class Mamba(ComponentBase):
 
     def _ref(self, node: TreeNode) -> StateRef | None:
         return node_states(node).get(self.pool)
+
+    def state(self, node: TreeNode) -> StateRef | None:
+        """The state after the node's last page, on each tier (the core's StateRef, shared with its state paths)."""
+        return self._ref(node)
+
+    def drop(self, node: TreeNode, tier: str) -> None:
+        """The window (or KV) it follows left this tier: the state there is of no use."""
+        ref = self._ref(node)
+        held = None if ref is None else (ref.device if tier == DEVICE else ref.host)
+        if held is None or (tier == HOST and ref.host_ref):
+            return  # none there, or a storage backup still reads it
+        self._copies.free(tier, STATE_GROUP, [held], pools=[self.pool])
+        if tier == DEVICE:
+            ref.device = None
+        else:
+            ref.host = None
+        if not self.holds_data(node):
+            self.forget(node)
 
     def holds_data(self, node: TreeNode) -> bool:
         ref = self._ref(node)
@@ -299,7 +346,11 @@ class Mamba(ComponentBase):
 def build_components(
     tree: RadixTree, copies: CopyTracker, token_pools: Sequence[str], extra_pools: Sequence[str], evict_host: Callable[[int], int]
 ) -> dict[str, ComponentBase]:
-    """The components for these extra pools: FullAttention always, Mamba when enabled."""
+    """The components holding no data of their own: FullAttention always, Mamba when enabled.
+
+    The sliding-window component needs the cache's slots and pools too:
+    caches/unified_radix.py adds it (caches/unified/swa.py).
+    """
     components: dict[str, ComponentBase] = {}
     full = FullAttention(tree, evict_host, [pool for pool in token_pools if pool != "kv"])
     components[full.name] = full

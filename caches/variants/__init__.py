@@ -1,4 +1,4 @@
-"""Known-bad variants of the hiradix cache: they prove the conformance harness has teeth.
+"""Known-bad variants of the built-in caches (hiradix, and unified_radix with a sliding window): they prove the conformance harness has teeth.
 
 Each one breaks the protocol in one way that upstream broke it (or could),
 and its module docstring names the clauses that must catch it. Run one with
@@ -10,12 +10,15 @@ naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """
 
+from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
 from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
+from caches.variants.window_agreed_locally import window_agreed_locally
+from caches.variants.window_unchecked import window_unchecked
 
 # variant factory name -> clauses the conformance suite must report as failed
 EXPECTED_FAILURES = {
@@ -26,10 +29,14 @@ EXPECTED_FAILURES = {
     "upstream_pre_fix": ("D3",),
     "upstream_vote_forcing": ("D5", "L2"),
     "payload_drops_terminated": ("X1",),
+    "window_unchecked": ("F10",),
+    "window_agreed_locally": ("F10",),
+    "extra_vote_on_one_group": ("L3",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
-ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing"})
+ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked"})
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
-           "upstream_vote_forcing", "payload_drops_terminated", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
+           "EXPECTED_FAILURES", "ONLY_THESE"]

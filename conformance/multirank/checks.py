@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
-from spec.fence import committable_at_terminate
+from spec.fence import HitPolicy, committable_at_terminate
 from spec.invariants import check
 from spec.trace import EventKind, Trace
 
@@ -60,11 +60,15 @@ def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
         for load in r.loads:
             loaded.setdefault((load.cache, load.request_id), {})[r.rank] = load.tokens
     out = []
+    # A state (F4) or a window (F10) kept on some ranks only makes them serve different prefixes.
+    policies = set(outcome.ranks[0].pools.values())
+    clauses = "/".join(["S4", *(clause for policy, clause in ((HitPolicy.TRAILING_PAGES, "F4"), (HitPolicy.TRAILING_WINDOW, "F10"))
+                                if policy.value in policies)])
     for (cache, op), by_rank in sorted(loaded.items()):
         if len(set(by_rank.values())) > 1:
             commits = outcome.commits(op, cache)
             detail = ", ".join(f"rank {rank}: {tokens}" for rank, tokens in sorted(by_rank.items()))
-            out.append(f"S4/F4: {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
+            out.append(f"{clauses}: {op}: every rank committed {sorted(set(commits.values()))} tokens, but load-back serves different prefixes ({detail})")
     return out
 
 
@@ -95,20 +99,24 @@ def _same_requested(outcome: ScenarioOutcome) -> list[str]:
 
 
 def _x4_vote_count(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:
-    """X2/X4: per check, one vote collective per agreed id on every rank, tracked or not."""
+    """X2/X4: per check, one vote collective per agreed id on every rank, tracked or not (on each of its vote groups)."""
     if not config.policy.uses_collective:
         return []
     out = []
     for r in outcome.ranks:
         steps = _steps_of(r.traces[cache])
-        votes: dict[int, list[str]] = {}
+        votes: dict[tuple[int, str | None], list[str]] = {}
+        groups: set[str | None] = set()
         for e in r.traces[cache].events:
             if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE and e.step is not None:
-                votes.setdefault(e.step, []).append(e.op)
+                votes.setdefault((e.step, e.group), []).append(e.op)
+                groups.add(e.group)
         for check_record, step in zip([c for c in r.checks if c.cache == cache], steps):
-            got = votes.get(step, [])
-            if got != list(check_record.ids):
-                out.append(f"X4: rank {r.rank} {check_record.label} (step {step}): vote collectives for {got}, agreed list {list(check_record.ids)}")
+            for group in sorted(groups or {None}, key=str):
+                got = votes.get((step, group), [])
+                if got != list(check_record.ids):
+                    on = f" on group {group}" if group is not None else ""
+                    out.append(f"X4: rank {r.rank} {check_record.label} (step {step}){on}: vote collectives for {got}, agreed list {list(check_record.ids)}")
     return out
 
 

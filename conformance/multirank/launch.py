@@ -38,6 +38,7 @@ from conformance.multirank.decisions import DecisionDeviation
 from conformance.multirank.scenarios import SCENARIOS
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
+from spec.groups import group_members
 from spec.trace import Event, EventKind, Trace
 
 
@@ -366,32 +367,56 @@ def _parse_beat(text: str) -> dict[str, Any]:
         return {"phase": "starting", "last": "", "collectives": []}
 
 
+ON_GROUP = " on "  # a collective of one of several groups: "<name>(...) on <kind>:<ranks>" (spec/groups.py)
+
+
 def _collective_name(e: Event) -> str:
     where = [f"op {e.op}"] if e.op is not None else []
     where += [f"step {e.step}"] if e.step is not None else []
-    return f"{e.value}({', '.join(where)})"
+    return f"{e.value}({', '.join(where)})" + (f"{ON_GROUP}{e.group}" if e.group is not None else "")
+
+
+def _per_group(per_rank: Mapping[int, Sequence[str]]) -> dict[str | None, dict[int, list[str]]]:
+    """Each group's collective sequence on each of its member ranks (None: the one group, every rank)."""
+    groups: dict[str | None, dict[int, list[str]]] = {}
+    for rank, seq in per_rank.items():
+        for name in seq:
+            label = name.rpartition(ON_GROUP)[2] if ON_GROUP in name else None
+            groups.setdefault(label, {})
+    for label, by_rank in groups.items():
+        members = group_members(label)
+        for rank, seq in per_rank.items():
+            if members is None or rank in members:
+                by_rank[rank] = [n for n in seq if (n.rpartition(ON_GROUP)[2] if ON_GROUP in n else None) == label]
+    return groups
 
 
 def _entered_different_collectives(per_rank: Mapping[int, Sequence[str]]) -> bool:
-    shortest = min((len(seq) for seq in per_rank.values()), default=0)
-    return len(per_rank) > 1 and any(len({seq[i] for seq in per_rank.values()}) > 1 for i in range(shortest))
+    for by_rank in _per_group(per_rank).values():
+        shortest = min((len(seq) for seq in by_rank.values()), default=0)
+        if len(by_rank) > 1 and any(len({seq[i] for seq in by_rank.values()}) > 1 for i in range(shortest)):
+            return True
+    return False
 
 
 def first_divergence(per_rank: Mapping[int, Sequence[str]], *, behind: Collection[int] = ()) -> str | None:
-    """The first position where the ranks' collective sequences differ (L3), described.
+    """The first position where the ranks' collective sequences differ (L3), on each group, described.
 
+    Collectives naming a group are compared among that group's ranks only.
     behind: ranks the harness itself holds (a bounded wait of the scenario):
     that they have not entered a collective yet is no divergence.
     """
-    if len(per_rank) < 2:
-        return None
-    longest = max(len(seq) for seq in per_rank.values())
-    for index in range(longest):
-        names = {rank: (seq[index] if index < len(seq) else "nothing") for rank, seq in per_rank.items()
-                 if index < len(seq) or rank not in behind}
-        if len(set(names.values())) > 1:
-            detail = ", ".join(f"rank {rank} {name}" for rank, name in sorted(names.items()))
-            return f"L3: collective #{index + 1} differs across ranks: {detail}"
+    for label, by_rank in sorted(_per_group(per_rank).items(), key=lambda item: str(item[0])):
+        if len(by_rank) < 2:
+            continue
+        longest = max(len(seq) for seq in by_rank.values())
+        for index in range(longest):
+            names = {rank: (seq[index] if index < len(seq) else "nothing") for rank, seq in by_rank.items()
+                     if index < len(seq) or rank not in behind}
+            if len(set(names.values())) > 1:
+                detail = ", ".join(f"rank {rank} {name}" for rank, name in sorted(names.items()))
+                where = f" on group {label}" if label is not None else ""
+                return f"L3: collective #{index + 1}{where} differs across ranks: {detail}"
     return None
 
 

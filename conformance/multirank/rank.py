@@ -487,6 +487,8 @@ class RankContext:
         self.wait_timeout_s = plan.wait_timeout_s
         self.result = RankScenarioResult(scenario.label, rank)
         self.handles: list[CacheHandle] = []
+        # Several vote groups for the caches of this scenario (scenario_in_groups): kind -> rank partition.
+        self.process_groups: Mapping[str, Sequence[Sequence[int]]] | None = None
 
     def phase(self, text: str) -> None:
         self.result.phase = text
@@ -511,7 +513,8 @@ class RankContext:
             extra_pools=tuple(env_fields.pop("extra_pools", self.adapter.default_extra_pools)),
             rank=self.rank,
             world_size=self.world_size,
-            process_group=dist.group.WORLD,
+            process_group=dist.group.WORLD if self.process_groups is None else None,
+            process_groups=self.process_groups,
             batch_pages=env_fields.pop("batch_pages", BATCH_PAGES),
             wait_timeout_s=self.wait_timeout_s,
             **env_fields,

@@ -8,7 +8,7 @@ the names a Scenario may carry to these functions.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -174,7 +174,9 @@ def scenario_storage_miss_on_one_rank(ctx: RankContext, missing_rank: int) -> No
     db = rank_data(h, len(tb), 7, prefix=da)
     h.store(ta, da)
     if ctx.rank == missing_rank:
-        h.valve.fail("backup of B's tail", lambda e: e.kind is EventKind.IO_START and e.value == BACKUP)
+        # Every backup of B fails there (A's pages are in storage already): a cache may back B up in
+        # several parts (a window pool splits it at the window's start), each one storage write.
+        h.valve.fail("backup of B's tail", lambda e: e.kind is EventKind.IO_START and e.value == BACKUP, times=REQUEST_PAGES)
     h.store(tb, db)
     h.prefetch("r1", tb)
     h.to("r1", "done")
@@ -295,6 +297,25 @@ def scenario_raise_on_rank(ctx: RankContext, failing_rank: int) -> None:
         raise RuntimeError("deliberate failure")
 
 
+# Rank layouts as several vote groups (spec/groups.py): kind -> the partition of the global ranks.
+GROUP_LAYOUTS: dict[str, dict[str, list[list[int]]]] = {
+    # Four ranks as 2x2: attention tensor-parallel pairs {0,1} {2,3} across context-parallel pairs {0,2} {1,3}.
+    "2x2": {"tp": [[0, 1, 2, 3]], "attn_tp": [[0, 1], [2, 3]], "attn_cp": [[0, 2], [1, 3]]},
+}
+
+
+def scenario_in_groups(ctx: RankContext, layout: str, inner: str, **params: Any) -> None:
+    """Scenario `inner` with every cache reducing over the vote groups of `layout` instead of one group.
+
+    The checks are the inner scenario's; across ranks, collectives are compared per group (L3).
+    """
+    ranks = sum(len(group) for group in GROUP_LAYOUTS[layout]["tp"])
+    if ctx.world_size != ranks:
+        raise ValueError(f"layout {layout} needs {ranks} ranks, not {ctx.world_size}")
+    ctx.process_groups = GROUP_LAYOUTS[layout]
+    SCENARIOS[inner](ctx, **params)
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
     "skewed_kv": scenario_skewed_kv,
     "one_rank_timed_out": scenario_one_rank_timed_out,
@@ -306,4 +327,5 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "orders": scenario_orders,
     "skip_collective": scenario_skip_collective,
     "raise_on_rank": scenario_raise_on_rank,
+    "in_groups": scenario_in_groups,
 }

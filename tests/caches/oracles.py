@@ -47,17 +47,25 @@ class Oracle:
 
     @staticmethod
     def tree_held(cache) -> dict[str, int]:
-        """Slots held per tier and group by the tree and by unacknowledged device->host backups."""
-        held = {f"{space}:{group}": 0 for space in (DEVICE, HOST) for group in ("kv", "state")}
+        """Slots held per tier and group by the tree (and window owners) and by unacknowledged device->host backups."""
+        windows = cache.hooks.windows
+        held = {f"{space}:{group}": 0 for space in (DEVICE, HOST) for group in ("kv", "state", *windows)}
         for node in cache.tree.iter_nodes():
             held[f"{DEVICE}:kv"] += 0 if node.value is None else len(node.value)
             held[f"{HOST}:kv"] += 0 if node.host_value is None else len(node.host_value)
             for ref in cache.states(node).values():
                 held[f"{DEVICE}:state"] += ref.device is not None
                 held[f"{HOST}:state"] += ref.host is not None
+            for pool, owner in windows.items():
+                for space in (DEVICE, HOST):
+                    slots = owner.slots(node, space)
+                    held[f"{space}:{pool}"] += 0 if slots is None else len(slots)
         for pending in cache.write_path.pending:
-            held[f"{HOST}:kv"] += sum(len(host) for _, host in pending.parts)
+            held[f"{HOST}:kv"] += sum(len(host) for _, host, _ in pending.parts)
             held[f"{HOST}:state"] += len(pending.states)
+            for _, _, parts in pending.parts:
+                for pool, slots in parts.items():
+                    held[f"{HOST}:{pool}"] += len(slots)
         return held
 
     @classmethod

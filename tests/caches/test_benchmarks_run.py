@@ -18,16 +18,22 @@ def load(name: str):
     return module
 
 
-def test_load_back_benchmark_runs_one_small_case():
+# swa: KV plus a sliding window of half the request, so both pools' bytes are counted (1.5 MiB).
+MODES = [pytest.param("kv", 1, id="kv"), pytest.param("swa", 1.5, id="swa")]
+
+
+@pytest.mark.parametrize("mode, mib", MODES)
+def test_load_back_benchmark_runs_one_small_case(mode, mib):
     bench = load("bench_load_back")
-    row = bench.run_case(bench.torch.device("cpu"), 1, repeats=1)  # raises if the loaded bytes differ
-    assert row["mib"] == 1 and row["load_back_ms"] > 0 and row["raw_ms"] > 0
+    row = bench.run_case(bench.torch.device("cpu"), 1, repeats=1, mode=mode)  # raises if the loaded bytes differ
+    assert row["mib"] == mib and row["load_back_ms"] > 0 and row["raw_ms"] > 0
 
 
-def test_prefetch_benchmark_runs_one_small_case(tmp_path):
+@pytest.mark.parametrize("mode, mib", MODES)
+def test_prefetch_benchmark_runs_one_small_case(tmp_path, mode, mib):
     bench = load("bench_prefetch")
-    row = bench.run_case(tmp_path, 1, repeats=1, batch_pages=16)  # raises unless the whole request is committed
-    assert row["mib"] == 1 and row["prefetch_ms"] > 0 and row["raw1_ms"] > 0 and row["threads"] >= 1
+    row = bench.run_case(tmp_path, 1, repeats=1, batch_pages=16, mode=mode)  # raises unless the whole request is committed
+    assert row["mib"] == mib and row["prefetch_ms"] > 0 and row["raw1_ms"] > 0 and row["threads"] >= 1
 
 
 @pytest.mark.parametrize("name", ["bench_load_back", "bench_prefetch"])

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from caches import registry
-from caches.adapters import INDEXER_ELEM, KV_ELEM, STATE_ELEM, BuiltinAdapter, CacheSession, config_for, hi_mamba_radix, hiradix, unified_radix
+from caches.adapters import (INDEXER_ELEM, KV_ELEM, STATE_ELEM, BuiltinAdapter, CacheSession, config_for, hi_mamba_radix, hiradix, unified_radix,
+                             unified_radix_indexer_swa, unified_radix_mamba, unified_radix_swa)
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
 from conformance.adapter import CacheEnv
@@ -160,9 +161,18 @@ def test_build_rejects_a_bad_mapping_before_building_anything(tmp_path):
 
 
 def test_builtin_adapters_declare_their_pools_and_capabilities():
-    assert hiradix() == BuiltinAdapter("hiradix", ("indexer",), frozenset({"multi_rank", "held_copies", "pool:indexer"}))
+    common = {"multi_rank", "held_copies", "vote_groups"}
+    assert hiradix() == BuiltinAdapter("hiradix", ("indexer",), frozenset({*common, "pool:indexer"}))
     assert unified_radix().default_extra_pools == ("indexer", "mamba")
-    assert hi_mamba_radix().capabilities == frozenset({"multi_rank", "held_copies", "pool:mamba"})
+    assert hi_mamba_radix().capabilities == frozenset({*common, "pool:mamba"})
+    # unified_radix in upstream's component mixes: one cache class, an adapter per mix.
+    mixes = {a.name: (a.cache, a.default_extra_pools, a.capabilities - common)
+             for a in (unified_radix_swa(), unified_radix_mamba(), unified_radix_indexer_swa())}
+    assert mixes == {
+        "unified_radix_swa": ("unified_radix", ("swa",), {"pool:swa"}),
+        "unified_radix_mamba": ("unified_radix", ("mamba",), {"pool:mamba"}),
+        "unified_radix_indexer_swa": ("unified_radix", ("indexer", "swa"), {"pool:indexer", "pool:swa"}),
+    }
 
 
 def test_configure_validates_spec_named_fields_through_the_cache_config():

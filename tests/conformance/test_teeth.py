@@ -9,7 +9,8 @@ of each variant must name its clauses ("D3: ..."), and the report's matrix
 must mark them "fail" (failed here). The variants shaped like upstream's
 code before and after PR #27550 run through the whole suite, and must fail
 their clauses only: no other clause failed here, and the report matches
-each to its upstream shape.
+each to its upstream shape; so must the variant whose matches ignore the
+sliding window (F10 alone).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow  # real suite runs in subprocesses
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
-BUILTINS = ("hiradix", "unified_radix", "hi_mamba_radix")
+BUILTINS = ("hiradix", "unified_radix", "hi_mamba_radix", "unified_radix_swa", "unified_radix_mamba", "unified_radix_indexer_swa")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ RUNS = {
     "upstream_shapes": Selection("not 4ranks", ("upstream_pre_fix", "upstream_vote_forcing"), None),
     # Two ranks suffice; each failing launch also waits out the hang bound for the rank left in its commit.
     "terminated_on_one_rank": Selection("test_terminated_on_one_rank and 2ranks", ("payload_drops_terminated",), "hi_mamba_radix"),
+    # Matches that ignore the sliding window: the whole suite, so that F10 alone failing means something.
+    "swa_window": Selection("not 4ranks", ("window_unchecked",), "unified_radix_swa"),
+    # A window attached on the ranks that loaded it only: two ranks serve different prefixes.
+    "swa_ranks": Selection("test_every_rank_serves_the_same_prefix", ("window_agreed_locally",), "unified_radix_swa"),
+    # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
+    "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }
 SHAPE_WORDS = {
     "upstream_pre_fix": "matches upstream before its extra-pool guard (HiRadixCache at 991689fd0~1)",
@@ -160,15 +167,16 @@ def test_variant_fails_naming_its_clauses(runs, variant, selection):
 
 
 @pytest.mark.parametrize("variant", sorted(ONLY_THESE))
-def test_upstream_shaped_variants_fail_their_clauses_only(runs, variant):
+def test_variants_fail_their_clauses_only(runs, variant):
     run = next(r for r in runs.values() if variant in r.impls)
     assert run.failed_here(variant) == sorted(EXPECTED_FAILURES[variant]), (
         f"{variant}: the whole suite must fail {sorted(EXPECTED_FAILURES[variant])} and nothing else; "
         f"failed here: {run.failed_here(variant)}\n{run.describe()}")
     failing = run.report["failing"][variant]["cpu"]
     assert not failing["naming_no_clause"], f"{variant}: failures naming no clause: {failing['naming_no_clause']}"
-    table = run.report["decision_table"][variant]["cpu"]
-    assert table["matches"].startswith(SHAPE_WORDS[variant]), table["matches"]
+    if variant in SHAPE_WORDS:  # shaped like upstream's decision code: the report says which shape
+        table = run.report["decision_table"][variant]["cpu"]
+        assert table["matches"].startswith(SHAPE_WORDS[variant]), table["matches"]
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in RUNS.items() if s.baseline))
@@ -181,3 +189,12 @@ def test_the_baseline_passes_what_the_variants_fail(runs, name):
     assert "pass" in cells.values(), f"{baseline} passed no clause in run {name}"
     failing = sorted(c for c, status in cells.items() if status in ("fail", "fail-other"))
     assert not failing, f"{baseline}: the report marks {failing} as failed"
+
+
+def test_a_rank_local_trip_count_on_one_group_names_the_group_the_rank_and_the_step(runs):
+    run = runs["groups"]
+    text = run.failure_text("extra_vote_on_one_group")
+    line = next((line for line in text.splitlines() if "L3: " in line), "")
+    assert "on group attn_tp:2,3" in line and "rank 3 vote_max(op r1, step 1)" in line, f"L3 line: {line!r}\n{run.describe()}"
+    stuck = re.search(r"no progress for ([0-9.]+)s", text)
+    assert stuck and float(stuck.group(1)) < 10, f"the hang must be reported within seconds\n{run.describe()}"

@@ -107,3 +107,15 @@ def test_pool_files_are_found_by_upstream_names_through_the_traces_page_keys(tmp
     trace.record(EventKind.PAGE_WRITE, pool="mamba", keys=["h1.mamba__0_1.bin"], digests=["d"])
     trace.record(EventKind.PAGE_WRITE, pool="kv", keys=["h1__0_1.bin"], digests=["d"])
     assert pool_files(tmp_path, "mamba", trace) == {tmp_path / "h2.mamba", tmp_path / "h1.mamba__0_1.bin"}
+
+
+def test_collectives_on_several_groups_are_compared_within_each_group():
+    def on(name, group):
+        return f"{name}(op r1, step 1) on {group}"
+
+    # Four ranks as 2x2: each rank's sequence interleaves its two groups; only members are compared.
+    per_rank = {r: [on("vote_max", f"attn_cp:{r % 2},{r % 2 + 2}"), on("vote_max", f"attn_tp:{r - r % 2},{r - r % 2 + 1}")] for r in range(4)}
+    assert first_divergence(per_rank) is None, "different groups on different ranks are no divergence"
+    per_rank[3].append(on("vote_max", "attn_tp:2,3"))  # a rank-local extra trip on one group
+    line = first_divergence(per_rank)
+    assert line == "L3: collective #2 on group attn_tp:2,3 differs across ranks: rank 2 nothing, rank 3 " + on("vote_max", "attn_tp:2,3")
