@@ -21,8 +21,8 @@ import torch
 from conformance.live.runtime import Runtime, ensure_process_group
 from conformance.live.session import LiveSession, UPSTREAM_THREADS, configure_through, server_args_fields
 from conformance.live.unified_taps import UnifiedTaps
-from spec.decision import DecisionState
 from spec.trace import EventKind
+from spec.decision import DecisionState
 
 # The dummy model is upstream's own no-model path through ServerArgs.__post_init__.
 NO_MODEL = "dummy"
@@ -129,6 +129,7 @@ class UnifiedSession(LiveSession):
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step. The ACK drain may have committed a prefetch in an earlier step (or a flush): its last commit counts."""
         finished: dict[str, int] = {}
+        self.settle_acks()
         with self.taps.scheduler_step():
             self.cache.check_hicache_events()
             for request_id in request_ids:
@@ -138,6 +139,23 @@ class UnifiedSession(LiveSession):
                     commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id]
                     finished[request_id] = int(commits[-1].value) if commits else 0
         return finished
+
+    def settle_acks(self) -> None:
+        """One rank: wait until upstream's sync thread has forwarded every ACK its IO thread queued.
+
+        A step's ACK drain then sees every batch that has landed (the order the
+        harness's gates define). Several ranks: the sync thread's reduce waits
+        for every rank's ACK, so a rank whose IO a scenario holds would hold
+        this wait; there the forwarding stays a race, as in upstream.
+        """
+        if self.env.world_size != 1:
+            return
+        taps = self.taps
+        with taps.io_done:
+            settled = taps.io_done.wait_for(lambda: taps.acks_queued == taps.acks_forwarded, self.env.wait_timeout_s)
+        if not settled:
+            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread did not forward {taps.acks_queued - taps.acks_forwarded} "
+                                 f"ACK(s) within {self.env.wait_timeout_s}s ({self.threads_state()})")
 
     def abort(self, request_id: str) -> None:
         with self.taps.scheduling(op=request_id, phase="abort"):
@@ -181,4 +199,25 @@ class UnifiedSession(LiveSession):
         return operation
 
     def can_terminate(self, operation: Any) -> bool:
-        return bool(self.cache._can_terminate_prefetch(operation))
+        """check_prefetch_progress's decision: a terminated operation ends, otherwise the class's vote decides.
+
+        Upstream skips the vote of a terminated operation; the probe casts it anyway, so that every probe records its vote.
+        """
+        vote = bool(self.cache._can_terminate_prefetch(operation))
+        return operation.is_terminated() or vote
+
+    def evict_all(self) -> None:
+        self.settle_acks()
+        super().evict_all()
+
+    def close(self) -> None:
+        """The scheduler's steps until every prefetch's IO has ended and its ACKs and releases are drained, then upstream's shutdown."""
+        if self._closed:
+            return
+        cc, taps = self.cc, self.taps
+        try:
+            self.pump(lambda: taps.started_ops <= taps.ended_ops and taps.acks_queued == taps.acks_forwarded
+                      and cc.ack_prefetch_queue.empty() and cc.host_mem_release_queue.empty(),
+                      "every prefetch's IO to end and its ACKs to be drained before shutdown")
+        finally:
+            super().close()

@@ -41,6 +41,9 @@ class UnifiedTaps(Taps):
         super().__init__(*args, **kwargs)
         self.slot_keys: dict[tuple[str, int], str] = {}  # (pool, first host slot of a page) -> storage file name
         self.file_name: Callable[[str], str] = str
+        # ACKs the IO thread queued for the sync thread, and those the sync thread forwarded (after its reduce)
+        self.acks_queued = 0
+        self.acks_forwarded = 0
 
     # --- which key a host page holds (for load-back records) -----------------------------------
 
@@ -89,11 +92,21 @@ class UnifiedTaps(Taps):
                 return pages
             return wrapper
 
+        def queued(original: Callable) -> Callable:
+            def wrapper(ack: Any, *args: Any, **kwargs: Any) -> Any:
+                with self.io_done:
+                    self.acks_queued += 1
+                return original(ack, *args, **kwargs)
+            return wrapper
+
         def acked(original: Callable) -> Callable:
             def wrapper(ack: Any, *args: Any, **kwargs: Any) -> Any:
                 result = original(ack, *args, **kwargs)
                 if getattr(ack, "completed_req", None):
                     self._io_finished(ack.rid)
+                with self.io_done:
+                    self.acks_forwarded += 1
+                    self.io_done.notify_all()
                 return result
             return wrapper
 
@@ -108,6 +121,7 @@ class UnifiedTaps(Taps):
         wrap(cc.prefetch_hit_queue, "put", hit)
         wrap(cc, "_page_transfer", self.transfer)
         wrap(cc, "page_get_func", page_get)
+        wrap(cc.prefetch_sync_queue, "put", queued)
         wrap(cc.ack_prefetch_queue, "put", acked)
 
     def transfer_raised(self, op: str) -> None:
@@ -197,7 +211,7 @@ class UnifiedTaps(Taps):
         if self.ctx.phase == "vote" and tensor.numel() == 1:
             operation = self.ctx.operation
             self.ctx.voted = True
-            self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=int(tensor[0].item()) == 1,
+            self.trace.record(EventKind.VOTE, op=operation.request_id, step=self.ctx.step, value=int(tensor.reshape(-1)[0].item()) == 1,
                               state=self.decision_state(operation))
             self.trace.record(EventKind.COLLECTIVE, step=self.ctx.step, op=self.ctx.op, value=VOTE_COLLECTIVE)
             return
