@@ -183,7 +183,8 @@ class UnifiedSession(LiveSession):
         operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle("decision-probe"), [0] * (state.hit_pages * ps))
         operation.hash_value = [f"probe-{i}" for i in range(state.hit_pages)]
         operation.storage_hit_count = operation.stats_requested_tokens = state.hit_pages * ps
-        operation.host_indices = torch.arange(state.hit_pages * ps)
+        # The drain allocates host slots only for a hit: with none, the operation has none (upstream revokes it there).
+        operation.host_indices = torch.arange(state.hit_pages * ps) if state.hit_pages else None
         operation.completed_tokens = state.completed_tokens
         operation.start_time = start_time
         if state.pool_transfers_present:
