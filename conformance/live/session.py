@@ -399,4 +399,23 @@ class LiveSession:
         if self._closed:
             return
         self._closed = True
-        self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
+        try:
+            self._settle_before_shutdown()
+        finally:
+            self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
+
+    def _settle_before_shutdown(self) -> None:
+        """One rank: let every started prefetch's IO end (bounded), then one scheduler step drains what it released.
+
+        Shutting down while an IO thread still finishes a released operation
+        would strand the slots it releases in a queue nobody drains: a leak
+        the trace would blame on upstream only under load. Several ranks: a
+        step runs collectives, and a rank may close while its peers are
+        elsewhere, so they shut down as they are.
+        """
+        if self.env.world_size != 1:
+            return
+        taps = self.taps
+        with taps.io_done:
+            taps.io_done.wait_for(lambda: taps.started_ops <= taps.ended_ops, self.env.wait_timeout_s)
+        self.cache.check_hicache_events()

@@ -274,10 +274,10 @@ class Taps:
         wrap(cc, "page_get_func", page_get)
 
     def transfer(self, original: Callable) -> Callable:
-        """Wraps the IO thread's _page_transfer: HIT when it takes the operation; what ends the IO is transfer_raised / transfer_returned."""
+        """Wraps the IO thread's _page_transfer: transfer_started when it takes the operation; what ends the IO is transfer_raised / transfer_returned."""
         def wrapper(operation: Any) -> Any:
             op = operation.request_id
-            self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
+            self.transfer_started(operation)
             self.ctx.transferring = op
             try:
                 result = original(operation)
@@ -290,6 +290,9 @@ class Taps:
             self.transfer_returned(op)
             return result
         return wrapper
+
+    def transfer_started(self, operation: Any) -> None:
+        self.trace.record(EventKind.HIT, op=operation.request_id, value=len(operation.hash_value))  # the hit after the prefetch thread's MIN
 
     def transfer_raised(self, op: str) -> None:
         self._io_finished(op)  # upstream's IO thread ends here, as it would on a storage error

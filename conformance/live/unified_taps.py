@@ -22,10 +22,10 @@ from spec.trace import HOST, LOAD, EventKind, page_digest
 
 UNIFIED_TAP_POINTS = (
     ("alloc (owner)", "HybridCacheController.allocate_storage_hit inside the ACK drain: the host slots a hit gets belong to its operation"),
-    ("hit", "HybridCacheController._page_transfer entry (IO thread, after the drain allocated the hit)"),
+    ("hit", "HybridCacheController.allocate_storage_hit inside the ACK drain (the hit query's MIN, trimmed to the host slots allocated)"),
     ("io_start / io_end (load)", "page_get_func per storage batch; the pages that arrived are its return value"),
-    ("io_done", "ack_prefetch_queue.put of the final ACK (completed_req, after the sync thread's MIN reduce), "
-                "or revoke_pending_prefetch of an operation the IO thread never received"),
+    ("io_done", "prefetch_sync_queue.put of the final ACK (completed_req: the IO thread is done with the operation; "
+                "the sync thread then MIN-reduces it across ranks), or revoke_pending_prefetch of an operation the IO thread never received"),
     ("revoke", "revoke_pending_prefetch (the drain's below-threshold or terminated hit, a revoke before allocation)"),
     ("vote, collective", "UnifiedRadixCache._can_terminate_prefetch; its reduce (timeout only) and the drain's "
                          "_sync_hicache_ready_counts go through _all_reduce_attn_groups"),
@@ -67,10 +67,14 @@ class UnifiedTaps(Taps):
         self._tap_copies(cc)
 
     def _tap_hit_allocation(self, cc: Any) -> None:
+        """The drain fixes the hit (the hit query's MIN, trimmed to the host slots it got): HIT there; the slots are the operation's."""
         def allocating(original: Callable) -> Callable:
             def wrapper(operation: Any, *args: Any, **kwargs: Any) -> Any:
                 with self.scheduling(op=operation.request_id, phase="prefetch"):
-                    return original(operation, *args, **kwargs)
+                    host_indices, allocated = original(operation, *args, **kwargs)
+                if host_indices is not None:
+                    self.trace.record(EventKind.HIT, op=operation.request_id, value=int(allocated) // self.page_size)
+                return host_indices, allocated
             return wrapper
 
         wrap(cc, "allocate_storage_hit", allocating)
@@ -96,14 +100,15 @@ class UnifiedTaps(Taps):
             def wrapper(ack: Any, *args: Any, **kwargs: Any) -> Any:
                 with self.io_done:
                     self.acks_queued += 1
-                return original(ack, *args, **kwargs)
+                result = original(ack, *args, **kwargs)
+                if getattr(ack, "completed_req", None):
+                    self._io_finished(ack.rid)  # prefetch_io_aux_func's last word on it: this rank's IO thread is done with it
+                return result
             return wrapper
 
         def acked(original: Callable) -> Callable:
             def wrapper(ack: Any, *args: Any, **kwargs: Any) -> Any:
                 result = original(ack, *args, **kwargs)
-                if getattr(ack, "completed_req", None):
-                    self._io_finished(ack.rid)
                 with self.io_done:
                     self.acks_forwarded += 1
                     self.io_done.notify_all()
@@ -124,11 +129,14 @@ class UnifiedTaps(Taps):
         wrap(cc.prefetch_sync_queue, "put", queued)
         wrap(cc.ack_prefetch_queue, "put", acked)
 
+    def transfer_started(self, operation: Any) -> None:
+        """The hit was recorded where the drain fixed it (allocate_storage_hit)."""
+
     def transfer_raised(self, op: str) -> None:
         """Nothing ends here: prefetch_io_aux_func still sends the final ACK (IO_DONE) after an exception."""
 
     def transfer_returned(self, op: str) -> None:
-        """Nothing ends here: the final ACK, after the sync thread's reduce, is IO_DONE."""
+        """Nothing ends here: the final ACK the IO thread queues next is IO_DONE."""
 
     def tap_load_back(self, cc: Any, kv_host: Any) -> None:
         """LOAD_BACK for each queued load's host pages whose storage key is known, before the copy starts."""

@@ -86,17 +86,27 @@ def test_a_batch_ends_in_the_pages_page_get_func_returned():
     ends = [(list(e.slots), e.value) for e in events(t, EventKind.IO_END)]
     assert ends == [(list(range(8)), True), (list(range(8, 12)), True), (list(range(12, 16)), False)]
     assert [e.value for e in events(t, EventKind.IO_START)] == [LOAD, LOAD]
-    assert events(t, EventKind.HIT)[0].value == 4
 
 
-def test_io_done_is_the_forwarded_final_ack_not_the_transfer_returning():
+def test_the_hit_is_what_the_drain_allocated():
+    t = taps()
+    cc = SimpleNamespace(allocate_storage_hit=lambda operation, hit_tokens, **kw: (torch.arange(8), 8) if hit_tokens else (None, 0))
+    t._tap_hit_allocation(cc)
+    cc.allocate_storage_hit(Operation("r1", pages=4), 16, allow_partial=True)  # 4 pages hit, 2 got host slots
+    cc.allocate_storage_hit(Operation("r2", pages=4), 0)
+    assert [(e.op, e.value) for e in events(t, EventKind.HIT)] == [("r1", 2)]
+
+
+def test_io_done_is_the_queued_final_ack_not_the_transfer_returning():
     t = taps()
     cc = tapped_controller(t, arrive=4)
-    cc.io_thread(Operation("r1", pages=4, host_indices=torch.arange(16)))
-    assert events(t, EventKind.IO_DONE) == [], "the final ACK has not passed the sync thread yet"
-    assert (t.acks_queued, t.acks_forwarded) == (3, 0)
-    cc.sync_thread()
+    operation = Operation("r1", pages=4, host_indices=torch.arange(16))
+    cc._page_transfer(operation)
+    assert events(t, EventKind.IO_DONE) == [], "the transfer returned; the IO thread has not sent its final ACK yet"
+    cc.prefetch_sync_queue.put(SimpleNamespace(rid="r1", completed_req=True))
     assert [e.op for e in events(t, EventKind.IO_DONE)] == ["r1"]
+    assert (t.acks_queued, t.acks_forwarded) == (3, 0), "the sync thread has forwarded none yet"
+    cc.sync_thread()
     assert (t.acks_queued, t.acks_forwarded) == (3, 3)
 
 
