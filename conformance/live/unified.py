@@ -111,9 +111,16 @@ class UnifiedSession(LiveSession):
         return len(entry.prefetch_key)
 
     def wait_prefetch_io(self, request_id: str) -> None:
-        """The scheduler's steps until upstream's IO thread delivered the final ACK of the prefetch (its IO has ended)."""
+        """The scheduler's steps until upstream's IO thread sent the final ACK of the prefetch (its IO has ended), then one more.
+
+        The step after the IO ended drains its final ACK (once the sync thread
+        forwarded it, on one rank): a prefetch whose IO ended is then committed
+        as upstream's next step commits it, whichever thread ran first.
+        """
         self.pump(lambda: request_id in self.taps.ended_ops or request_id not in self.taps.started_ops,
                   f"upstream's IO thread to finish the IO of {request_id}")
+        self.settle_acks()
+        self.cache.check_hicache_events()
 
     def pump(self, done: Callable[[], bool], what: str) -> None:
         """check_hicache_events as upstream's scheduler runs it each step, on every rank, until `done` holds on every rank."""
