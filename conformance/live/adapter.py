@@ -30,6 +30,7 @@ class LiveClass:
 SESSIONS = {
     "HiRadixCache": LiveClass("conformance.live.hiradix:HiRadixSession", frozenset({"multi_rank"}), ()),
     "HiMambaRadixCache": LiveClass("conformance.live.hi_mamba:HiMambaSession", frozenset({"multi_rank", "pool:mamba"}), ("mamba",)),
+    "UnifiedRadixCache": LiveClass("conformance.live.unified:UnifiedSession", frozenset({"multi_rank"}), ()),
 }
 
 

@@ -10,13 +10,10 @@ with DSA models, whose device pool asserts page_size == 64.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-import torch
+from typing import Any, Mapping
 
 from conformance.live.runtime import Runtime
-from conformance.live.session import DTYPE, HEAD_DIM, HEADS, LAYERS, LiveSession, configure_through
-from conformance.live.taps import KV
+from conformance.live.session import LiveSession, configure_through
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
@@ -30,12 +27,8 @@ class HiRadixSession(LiveSession):
     CLASS_NAME = "HiRadixCache"
 
     def build(self) -> Any:
-        m, ps, pages = self.runtime.modules, self.env.page_size, self.device_pages
-        self.device_pool = m["memory_pool"].MHATokenToKVPool(
-            size=pages * ps, page_size=ps, dtype=DTYPE, head_num=HEADS, head_dim=HEAD_DIM,
-            layer_num=LAYERS, device="cpu", enable_memory_saver=False)
-        self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, DTYPE, "cpu", self.device_pool, need_sort=False)
-        req_pool = m["memory_pool"].ReqToTokenPool(size=2, max_context_len=4096, device="cpu", enable_memory_saver=False)
+        m, ps = self.runtime.modules, self.env.page_size
+        self.device_pool, self.allocator, req_pool = self.mha_device_tier()
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator,
             page_size=ps, tp_cache_group=self.group)
@@ -45,14 +38,3 @@ class HiRadixSession(LiveSession):
 
     def observe(self) -> None:
         self.taps.tap_barrier(self.cache, "_barrier_attn_groups")
-
-    def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
-        aligned = len(tokens) - len(tokens) % self.env.page_size
-        if aligned == 0:
-            return
-        slots = self._alloc_device(aligned)
-        self._write_kv_rows(slots, data[KV][:aligned])
-        m = self.runtime.modules
-        result = self.cache.insert(m["base_prefix_cache"].InsertParams(key=m["radix_cache"].RadixKey(list(tokens[:aligned])), value=slots))
-        if result.prefix_len:
-            self.allocator.free(slots[: result.prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)

@@ -16,8 +16,7 @@ def live_trees(values: list[str]) -> list[SglangTree]:
     trees = [locate(v) for v in values]
     for tree in trees:
         if not tree.classes:
-            unwired = [f"{name} is in the tree but not wired to the harness yet" for name in tree.unwired]
-            raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join([*tree.missing, *unwired])})")
+            raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join([*tree.missing, *tree.unwired])})")
     return trees
 
 
@@ -35,5 +34,5 @@ def report_lines(config: Any) -> list[str]:
     for tree in live_trees(config.getoption(OPTION)):
         lines.append(f"sglang-live: {tree.import_root / 'sglang'} ({tree.label}): running {', '.join(tree.classes)}")
         lines += [f"sglang-live: not run: {m}" for m in tree.missing]
-        lines += [f"sglang-live: not run: {name} is in the tree but not wired to the harness yet" for name in tree.unwired]
+        lines += [f"sglang-live: not run: {line}" for line in tree.unwired]
     return lines

@@ -7,6 +7,7 @@ be imported beside the first (each --sglang-live run names one tree).
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 import socket
@@ -63,12 +64,28 @@ CLASS_MODULES = {
         "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
         "mamba_utils": "sglang.srt.configs.mamba_utils",
     },
+    "UnifiedRadixCache": {
+        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "runtime_context": "sglang.srt.runtime_context",
+        "components": "sglang.srt.mem_cache.unified_cache.components",
+        "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
+        "pool_host_mamba": "sglang.srt.mem_cache.pool_host.mamba",
+        "mamba_utils": "sglang.srt.configs.mamba_utils",
+        "poll_timer": "sglang.srt.utils.poll_timer",
+        "schedule_batch": "sglang.srt.managers.schedule_batch",
+        "sampling_params": "sglang.srt.sampling.sampling_params",
+    },
 }
 OPTIONAL_MODULES = {
     "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
 }
 # Modules whose `time.monotonic` is the harness's clock (the injected-clock shim).
 CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache")
+# Modules whose `time.perf_counter` is the harness's clock: the 0.5.2x prefetch wait timer.
+PERF_CLOCKED = ("poll_timer",)
+# Host-pool modules: their pools are unpinned, and their CUDA-only copies are plain index copies.
+HOST_POOL_MODULES = ("memory_pool_host", "pool_host_mha", "pool_host_mamba")
 
 
 class LiveImportError(ConfigError):
@@ -118,13 +135,26 @@ def load(tree: SglangTree) -> Runtime:
     if tree.package.resolve() not in imported_from.parents:
         raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
     logging.getLogger("sglang").setLevel(logging.ERROR)
-    shims.unpin_host_pool(modules["memory_pool_host"])
-    direct_copy = shims.install_direct_copy(modules["memory_pool_host"])
+    direct_copy = apply_shims(modules, tree)
     clock = shims.InjectedTime()
-    shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock)
+    shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
+                       perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])
     _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs)
     os.environ[PRELOAD_ENV] = tree.given
     return _RUNTIME
+
+
+def apply_shims(modules: dict[str, types.ModuleType], tree: SglangTree) -> shims.DirectCopy:
+    """The host-pool shims, on the modules of this tree's layout: the fork's memory_pool_host, or 0.5.2x's pool_host package."""
+    unified = "UnifiedRadixCache" in tree.classes
+    targets = [modules[k] for k in HOST_POOL_MODULES if k in modules and (k != "memory_pool_host") == unified]
+    direct_copy = shims.DirectCopy()
+    for module in targets:
+        shims.unpin_host_pool(module)
+        direct_copy = shims.install_direct_copy(module, direct_copy)
+        if unified:
+            shims.install_page_first_direct_copy(module)
+    return direct_copy
 
 
 def ensure_process_group(runtime: Runtime, rank: int = 0, world_size: int = 1) -> object:
@@ -152,6 +182,8 @@ def ensure_process_group(runtime: Runtime, rank: int = 0, world_size: int = 1) -
         warnings.simplefilter("ignore")
         ps.init_distributed_environment(world_size=world_size, rank=rank, distributed_init_method=init_method, local_rank=rank, backend="gloo")
         if not ps.model_parallel_is_initialized():
-            ps.initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")
+            # 0.5.2x reads the widths from the published server args (runtime_context.publish) instead.
+            widths = {"tensor_model_parallel_size": world_size} if "tensor_model_parallel_size" in inspect.signature(ps.initialize_model_parallel).parameters else {}
+            ps.initialize_model_parallel(backend="gloo", **widths)
     runtime.distributed.update(tp_cpu_group=ps.get_tp_group().cpu_group, world_size=world_size)
     return runtime.distributed["tp_cpu_group"]

@@ -40,7 +40,8 @@ KV_LAYOUT = PoolLayout(KV, "token", KV_ELEM, DTYPE, HitPolicy.ALL_PAGES)
 UPSTREAM_THREADS = ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")
 
 
-def server_args(runtime: Runtime, env: CacheEnv, host_ratio: float) -> Any:
+def server_args_fields(env: CacheEnv, host_ratio: float) -> dict[str, Any]:
+    """The ServerArgs fields a user sets for this environment (hicache_* and the storage backend's extra config)."""
     t = env.termination
     extra = {
         "prefetch_threshold": env.threshold_pages * t.page_size,
@@ -48,15 +49,18 @@ def server_args(runtime: Runtime, env: CacheEnv, host_ratio: float) -> Any:
         "prefetch_timeout_per_ki_token": t.timeout_per_ki_token_s,
         "prefetch_timeout_max": t.timeout_max_s,
     }
-    return shims.server_args_without_model(
-        runtime.server_args_cls,
-        model_path="conformance-live", device="cpu", page_size=t.page_size,
+    return dict(
+        device="cpu", page_size=t.page_size,
         enable_hierarchical_cache=True, hicache_ratio=host_ratio, hicache_size=0,
         hicache_io_backend="direct", hicache_mem_layout="layer_first",
         hicache_write_policy=env.write_policy, hicache_storage_backend="file",
         hicache_storage_prefetch_policy=t.policy.value,
         hicache_storage_backend_extra_config=json.dumps(extra),
     )
+
+
+def server_args(runtime: Runtime, env: CacheEnv, host_ratio: float) -> Any:
+    return shims.server_args_without_model(runtime.server_args_cls, model_path="conformance-live", **server_args_fields(env, host_ratio))
 
 
 # Spec-named termination fields -> where a user of upstream sets them.
@@ -92,6 +96,7 @@ class LiveSession:
     """One upstream cache instance for one test; subclasses build it (build) and say how data enters and leaves it."""
 
     CLASS_NAME = ""
+    THREADS = UPSTREAM_THREADS  # upstream's storage threads, by attribute of its controller
 
     def __init__(self, runtime: Runtime, env: CacheEnv) -> None:
         self.runtime = runtime
@@ -105,30 +110,35 @@ class LiveSession:
                         f"leaves a device tier too small to load it back")
         self.device_pages = env.host_pages - 1
         m = runtime.modules
-        self.group = ensure_process_group(runtime, env.rank, env.world_size)
-        runtime.clock.clock = env.clock
-        shims.set_storage_batch_pages(m["cache_controller"], env.batch_pages)
         storage = Path(env.storage_dir)
         storage.mkdir(parents=True, exist_ok=True)
         os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = str(storage)
         # host slots = (int(device * ratio) // page_size + 1) * page_size: aim at exactly env.host_pages pages
         ratio = ((env.host_pages - 1) * ps + 0.5) / (self.device_pages * ps)
-        self.args = server_args(runtime, env, ratio)
-        m["server_args"].set_global_server_args_for_scheduler(self.args)
-        self.taps = Taps(env.trace, env.termination, ps)
+        self.group, self.args = self.configure_runtime(ratio)
+        runtime.clock.clock = env.clock
+        shims.set_storage_batch_pages(m["cache_controller"], env.batch_pages)
+        self.taps = self.make_taps()
         self.cache = self.build()
         self.cache.load_back_threshold = ps  # the load-back-threshold shim
         self.cc = self.cache.cache_controller
         self.backend = self.cc.storage_backend
         self.pools: dict[str, PoolLayout] = {KV: KV_LAYOUT}
-        self.taps.tap_host_pool(self.kv_host, KV)
-        self.taps.tap_controller(self.cc)
-        self.taps.tap_storage(self.backend, self.storage_file_name)
-        self.taps.tap_cache(self.cache, self.decision_state)
+        self.install_taps()
         self.observe()
         self._acked = threading.Condition()
         self._tap_backup_acks()
         self._closed = False
+
+    def configure_runtime(self, host_ratio: float) -> tuple[Any, Any]:
+        """Join upstream's process group and set its server args as a user would: (TP cpu group, ServerArgs)."""
+        group = ensure_process_group(self.runtime, self.env.rank, self.env.world_size)
+        args = server_args(self.runtime, self.env, host_ratio)
+        self.runtime.modules["server_args"].set_global_server_args_for_scheduler(args)
+        return group, args
+
+    def make_taps(self) -> Taps:
+        return Taps(self.env.trace, self.env.termination, self.env.page_size)
 
     # --- what a subclass provides ---------------------------------------------------------------
 
@@ -136,11 +146,27 @@ class LiveSession:
         """Build upstream's device pools, allocator and cache; set self.device_pool, self.allocator, self.kv_host."""
         raise NotImplementedError
 
+    def install_taps(self) -> None:
+        """Record the trace from this cache's objects (taps.py)."""
+        self.taps.tap_host_pool(self.kv_host, KV)
+        self.taps.tap_controller(self.cc)
+        self.taps.tap_storage(self.backend, self.storage_file_name)
+        self.taps.tap_cache(self.cache, self.decision_state)
+
     def observe(self) -> None:
         """Further taps (extra pools, collectives outside the cache's own methods)."""
 
     def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
-        raise NotImplementedError
+        """A plain KV write, as the scheduler caches a request: device slots, then insert (a prefix the tree holds is freed)."""
+        aligned = len(tokens) - len(tokens) % self.env.page_size
+        if aligned == 0:
+            return
+        slots = self._alloc_device(aligned)
+        self._write_kv_rows(slots, data[KV][:aligned])
+        m = self.runtime.modules
+        result = self.cache.insert(m["base_prefix_cache"].InsertParams(key=self.radix_key(tokens[:aligned]), value=slots))
+        if result.prefix_len:
+            self.allocator.free(slots[: result.prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)
 
     def evict_params(self) -> Any:
         return self.runtime.modules["base_prefix_cache"].EvictParams(num_tokens=1 << 30)
@@ -172,6 +198,16 @@ class LiveSession:
 
     # --- helpers -----------------------------------------------------------------------------
 
+    def mha_device_tier(self) -> Any:
+        """Upstream's MHA device KV pool (CPU), its paged allocator and a request pool: (device pool, allocator, request pool)."""
+        m, ps, pages = self.runtime.modules, self.env.page_size, self.device_pages
+        device_pool = m["memory_pool"].MHATokenToKVPool(
+            size=pages * ps, page_size=ps, dtype=DTYPE, head_num=HEADS, head_dim=HEAD_DIM,
+            layer_num=LAYERS, device="cpu", enable_memory_saver=False)
+        allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, DTYPE, "cpu", device_pool, need_sort=False)
+        req_pool = m["memory_pool"].ReqToTokenPool(size=2, max_context_len=4096, device="cpu", enable_memory_saver=False)
+        return device_pool, allocator, req_pool
+
     def storage_file_name(self, key: str) -> str:
         return f"{self.backend._get_suffixed_key(key)}.bin"
 
@@ -201,10 +237,11 @@ class LiveSession:
 
         queue.put = acked
 
+    def radix_key(self, tokens: Sequence[int]) -> Any:
+        return self.runtime.modules["radix_cache"].RadixKey(list(tokens))
+
     def _node_hit(self, tokens: Sequence[int]) -> Any:
-        m = self.runtime.modules
-        key = m["radix_cache"].RadixKey(list(tokens))
-        return self.cache.match_prefix(m["base_prefix_cache"].MatchPrefixParams(key=key))
+        return self.cache.match_prefix(self.runtime.modules["base_prefix_cache"].MatchPrefixParams(key=self.radix_key(tokens)))
 
     def _alloc_device(self, tokens: int) -> torch.Tensor:
         slots = self.allocator.alloc(tokens)
@@ -270,11 +307,14 @@ class LiveSession:
 
     def wait_prefetch_io(self, request_id: str) -> None:
         if not self.taps.wait_io_done(request_id, self.env.wait_timeout_s):
-            died = "; ".join(self.taps.io_thread_errors) or "none"
             raise AssertionError(
                 f"L4: sglang-live: upstream's prefetch threads did not finish the IO of {request_id} within {self.env.wait_timeout_s}s "
-                f"(prefetch thread alive: {self._alive('prefetch_thread')}, IO thread alive: {self._alive('prefetch_io_aux_thread')}; "
-                f"IO thread errors: {died})")
+                f"({self.threads_state()})")
+
+    def threads_state(self) -> str:
+        """Which of upstream's storage threads are alive, and what ended the IO thread: for a message naming what hung."""
+        alive = ", ".join(f"{name} alive: {self._alive(name)}" for name in self.THREADS)
+        return f"{alive}; IO thread errors: {'; '.join(self.taps.io_thread_errors) or 'none'}"
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         finished: dict[str, int] = {}
@@ -292,16 +332,20 @@ class LiveSession:
             self.cache.release_aborted_request(request_id)
 
     def load_back(self, tokens: Sequence[int]) -> Loaded:
+        match, slots = self.loaded_slots(tokens)
+        rows = torch.stack([torch.stack([self.device_pool.k_buffer[l][slots] for l in range(LAYERS)], 1),
+                            torch.stack([self.device_pool.v_buffer[l][slots] for l in range(LAYERS)], 1)], 1)
+        return Loaded(tokens=len(slots), data={KV: rows.clone(), **self.loaded_extra(match)})
+
+    def loaded_slots(self, tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
+        """Load the host part of the tokens' prefix back to the device: (the match after it, the device slots of the prefix)."""
         m = self._node_hit(tokens)
         if self.needs_load(m):
             self._load_host_part(m)
         # loading_check releases the load's node locks. Every rank runs it (its collectives), loaded or not.
         self.cache.check_hicache_events()
         m = self._node_hit(tokens)
-        slots = m.device_indices
-        rows = torch.stack([torch.stack([self.device_pool.k_buffer[l][slots] for l in range(LAYERS)], 1),
-                            torch.stack([self.device_pool.v_buffer[l][slots] for l in range(LAYERS)], 1)], 1)
-        return Loaded(tokens=len(slots), data={KV: rows.clone(), **self.loaded_extra(m)})
+        return m, m.device_indices
 
     def _load_host_part(self, m: Any) -> None:
         nodes, node = [], m.best_match_node
@@ -349,10 +393,29 @@ class LiveSession:
                 "device:kv": (device_size - device_free, device_free, device_size), **self.extra_accounting()}
 
     def threads(self) -> Sequence[threading.Thread]:
-        return [t for t in (getattr(self.cc, n, None) for n in UPSTREAM_THREADS) if t is not None]
+        return [t for t in (getattr(self.cc, n, None) for n in self.THREADS) if t is not None]
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
+        try:
+            self._settle_before_shutdown()
+        finally:
+            self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
+
+    def _settle_before_shutdown(self) -> None:
+        """One rank: let every started prefetch's IO end (bounded), then one scheduler step drains what it released.
+
+        Shutting down while an IO thread still finishes a released operation
+        would strand the slots it releases in a queue nobody drains: a leak
+        the trace would blame on upstream only under load. Several ranks: a
+        step runs collectives, and a rank may close while its peers are
+        elsewhere, so they shut down as they are.
+        """
+        if self.env.world_size != 1:
+            return
+        taps = self.taps
+        with taps.io_done:
+            taps.io_done.wait_for(lambda: taps.started_ops <= taps.ended_ops, self.env.wait_timeout_s)
+        self.cache.check_hicache_events()

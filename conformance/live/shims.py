@@ -32,17 +32,19 @@ class Shim:
 SHIMS = (
     Shim("torchvision-stand-in", "the torchvision package (imported unconditionally by sglang.srt.utils.common and by transformers)",
          "torchvision's wheels link against CUDA torch and do not load against a CPU torch; every name in the stand-in raises if called, and the cache never calls one"),
-    Shim("unpinned-host-pool", "pin_memory=True of HostKVCache.__init__ and of every host pool with an __init__ of its own (MambaPoolHost)",
+    Shim("unpinned-host-pool", "pin_memory=True of HostKVCache.__init__ and of every host pool with an __init__ of its own (MambaPoolHost; in 0.5.2x the pools of pool_host.mha and pool_host.mamba)",
          "pinned memory needs a CUDA allocator; on CPU a plain tensor is the same memory"),
-    Shim("direct-copy", "memory_pool_host.transfer_kv_direct (an sgl_kernel import skipped without CUDA)",
+    Shim("direct-copy", "transfer_kv_direct of memory_pool_host (0.5.2x: of pool_host.mha and pool_host.mamba), an sgl_kernel import skipped without CUDA",
          "the 'direct' IO backend's per-layer copy, written as a plain index copy of the same rows"),
-    Shim("injected-clock", "time.monotonic as read by hiradix_cache and cache_controller",
+    Shim("page-first-direct-copy", "transfer_kv_per_layer_direct_pf_lf and transfer_kv_all_layer_direct_lf_pf of pool_host.mha and pool_host.mamba (0.5.2x), sgl_kernel imports skipped without CUDA",
+         "the 'direct' IO backend's copies between page-first host pages and layer-first device rows, written as plain index copies; 0.5.2x's mamba host pool has no layer-first layout"),
+    Shim("injected-clock", "time.monotonic as read by hiradix_cache, hi_mamba_radix_cache, cache_controller and hybrid_cache_controller; time.perf_counter as read by utils.poll_timer (0.5.2x's prefetch wait timer)",
          "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
     Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream)",
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
-    Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size)",
-         "it loads the model's config.json from the hub; the cache reads only its hicache_* fields, which are set as a user sets them"),
-    Shim("load-back-threshold", "HiRadixCache.load_back_threshold (10 tokens upstream)",
+    Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size); 0.5.2x resolves through its own no-model path (model 'dummy') and needs only the chunk size",
+         "it loads the model's config.json from the hub; the caches read only the hicache_* fields, which are set as a user sets them"),
+    Shim("load-back-threshold", "load_back_threshold of the cache (10 tokens upstream)",
          "the harness loads back partial commits of one page; upstream would skip them as too small to be worth a copy"),
 )
 
@@ -121,10 +123,14 @@ def install_torchvision_stand_in() -> bool:
 
 # --- unpinned-host-pool --------------------------------------------------------------
 
-def unpin_host_pool(memory_pool_host: types.ModuleType) -> None:
-    """HostKVCache and every host pool of the module with an __init__ of its own (MambaPoolHost's does not call its base's)."""
-    classes = [c for c in vars(memory_pool_host).values()
-               if isinstance(c, type) and issubclass(c, memory_pool_host.HostKVCache) and "__init__" in vars(c)]
+def unpin_host_pool(module: types.ModuleType) -> None:
+    """Every host pool the module defines or holds with an __init__ of its own (MambaPoolHost's does not call its base's).
+
+    A host pool is a class with HostKVCache among its bases (the fork's
+    memory_pool_host defines it; 0.5.2x's pool_host modules import it).
+    """
+    classes = [c for c in vars(module).values()
+               if isinstance(c, type) and any(b.__name__ == "HostKVCache" for b in c.__mro__) and "__init__" in vars(c)]
     for cls in classes:
         _unpin(cls)
 
@@ -178,13 +184,43 @@ class DirectCopy:
                 self.observers.remove(observer)
 
 
-def install_direct_copy(memory_pool_host: types.ModuleType) -> DirectCopy:
-    existing = getattr(memory_pool_host, "transfer_kv_direct", None)
+def install_direct_copy(module: types.ModuleType, copy: DirectCopy | None = None) -> DirectCopy:
+    """The module's transfer_kv_direct becomes `copy` (one DirectCopy may serve several modules)."""
+    existing = getattr(module, "transfer_kv_direct", None)
     if isinstance(existing, DirectCopy):
         return existing
-    copy = DirectCopy()
-    memory_pool_host.transfer_kv_direct = copy
+    copy = copy if copy is not None else DirectCopy()
+    module.transfer_kv_direct = copy
     return copy
+
+
+# --- page-first-direct-copy ------------------------------------------------------------
+
+def _rows_of_pages(host: Any, page_size: int) -> Any:
+    """A page-first host buffer [pages, layers, page_size, ...] as [pages, layers, page_size, row bytes]."""
+    return host.view(host.shape[0], host.shape[1], page_size, -1)
+
+
+def per_layer_direct_pf_lf(src_ptrs: list, dst_ptrs: list, src_indices: Any, dst_indices: Any, layer_id: int, page_size: int) -> None:
+    """Host (page-first) -> device (layer-first), one layer: device row d gets host slot s of that layer."""
+    src, dst = src_indices.long(), dst_indices.long()
+    for host, device in zip(src_ptrs, dst_ptrs):
+        device.view(device.shape[0], -1)[dst] = _rows_of_pages(host, page_size)[src // page_size, layer_id, src % page_size]
+
+
+def all_layer_direct_lf_pf(src_ptrs: list, dst_ptrs: list, src_indices: Any, dst_indices: Any, page_size: int) -> None:
+    """Device (layer-first, every layer) -> host (page-first): src_ptrs holds each host buffer's layers in turn (k layers, then v)."""
+    src, dst = src_indices.long(), dst_indices.long()
+    per_buffer = len(src_ptrs) // len(dst_ptrs)
+    for index, host in enumerate(dst_ptrs):
+        pages = _rows_of_pages(host, page_size)
+        for layer, device in enumerate(src_ptrs[index * per_buffer : (index + 1) * per_buffer]):
+            pages[dst // page_size, layer, dst % page_size] = device.reshape(device.shape[0], -1)[src]
+
+
+def install_page_first_direct_copy(module: types.ModuleType) -> None:
+    module.transfer_kv_per_layer_direct_pf_lf = per_layer_direct_pf_lf
+    module.transfer_kv_all_layer_direct_lf_pf = all_layer_direct_lf_pf
 
 
 # --- injected-clock ---------------------------------------------------------------------
@@ -203,10 +239,26 @@ class InjectedTime:
         return getattr(time, name)
 
 
-def inject_clock(modules: list[types.ModuleType], injected: InjectedTime) -> None:
+class InjectedPerfTime:
+    """Stands in for `time` where perf_counter() times a wait (a timer, not a measurement): it reads the harness clock too."""
+
+    def __init__(self, injected: InjectedTime) -> None:
+        self._injected = injected
+
+    def perf_counter(self) -> float:
+        return self._injected.monotonic()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._injected, name)
+
+
+def inject_clock(modules: list[types.ModuleType], injected: InjectedTime, *, perf_counter_modules: list[types.ModuleType] = ()) -> None:
     for module in modules:
         if getattr(module, "time", None) is time:
             module.time = injected
+    for module in perf_counter_modules:
+        if getattr(module, "time", None) is time:
+            module.time = InjectedPerfTime(injected)
 
 
 # --- storage-batch-size ------------------------------------------------------------------

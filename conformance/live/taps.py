@@ -126,8 +126,8 @@ class Taps:
         self.pools.add(name)
 
         def alloc(original: Callable) -> Callable:
-            def wrapper(need_size: int) -> Any:
-                slots = original(need_size)
+            def wrapper(need_size: int, *args: Any, **kwargs: Any) -> Any:
+                slots = original(need_size, *args, **kwargs)
                 if slots is not None:
                     owner = self.ctx.op if self.ctx.phase == "prefetch" else None
                     self.trace.record(EventKind.ALLOC, op=owner, pool=name, space=HOST, slots=slots)
@@ -137,17 +137,21 @@ class Taps:
             return wrapper
 
         def free(original: Callable) -> Callable:
-            def wrapper(indices: Any) -> Any:
+            def wrapper(indices: Any, *args: Any, **kwargs: Any) -> Any:
                 by_owner: dict[str, list[int]] = {}
                 for s in indices.tolist():
                     by_owner.setdefault(self.owner.pop((name, s), TREE), []).append(s)
+                    self.forget_slot(name, s)
                 for owner, slots in by_owner.items():
                     self.trace.record(EventKind.FREE, op=None if owner == TREE else owner, pool=name, space=HOST, slots=slots)
-                return original(indices)
+                return original(indices, *args, **kwargs)
             return wrapper
 
         wrap(pool, "alloc", alloc)
         wrap(pool, "free", free)
+
+    def forget_slot(self, pool: str, slot: int) -> None:
+        """A freed host slot's contents are gone (subclasses that remember them forget here)."""
 
     def tap_attach(self, lru_list: Any, pool: str, value_attr: str) -> None:
         """A state attached to a new leaf by a commit: the leaf enters `lru_list` inside _insert_helper_host."""
@@ -168,6 +172,23 @@ class Taps:
     # --- the controller: queue, hit query, IO ------------------------------------------------------
 
     def tap_controller(self, cc: Any) -> None:
+        def revoked(original: Callable) -> Callable:
+            def wrapper(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+                self.trace.record(EventKind.REVOKE, op=request_id, value="hit too short")
+                result = original(request_id, *args, **kwargs)
+                self.ctx.finishing = request_id  # the prefetch thread releases its slots next: that ends its IO
+                return result
+            return wrapper
+
+        self.tap_queue(cc)
+        wrap(cc.prefetch_revoke_queue, "put", revoked)
+        self._tap_load_path(cc)
+        self.tap_backup(cc)
+        self.tap_terminate(cc)
+        self._tap_copies(cc)
+
+    def tap_queue(self, cc: Any) -> None:
+        """OP_START when the scheduler queues the operation for the prefetch thread."""
         def queued(original: Callable) -> Callable:
             def wrapper(item: Any, *args: Any, **kwargs: Any) -> Any:
                 if item is not None and hasattr(item, "request_id"):
@@ -182,18 +203,15 @@ class Taps:
                 return original(item, *args, **kwargs)
             return wrapper
 
-        def revoked(original: Callable) -> Callable:
-            def wrapper(request_id: Any, *args: Any, **kwargs: Any) -> Any:
-                self.trace.record(EventKind.REVOKE, op=request_id, value="hit too short")
-                result = original(request_id, *args, **kwargs)
-                self.ctx.finishing = request_id  # the prefetch thread releases its slots next: that ends its IO
-                return result
-            return wrapper
+        wrap(cc.prefetch_queue, "put", queued)
 
+    def tap_backup(self, cc: Any) -> None:
+        """IO start/end per storage batch the backup thread writes (page_set_func)."""
         def page_set(original: Callable) -> Callable:
             def wrapper(hash_values: Any, host_indices: Any, *args: Any) -> Any:
                 io = self.trace.next_io_id()
                 start = self.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=host_indices, io=io, value=BACKUP)
+                self.saw_pages(KV, hash_values, host_indices)
                 ok = False
                 try:
                     self.trace.gate(start)
@@ -203,6 +221,12 @@ class Taps:
                     self.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=host_indices, io=io, value=ok)
             return wrapper
 
+        wrap(cc, "page_set_func", page_set)
+
+    def saw_pages(self, pool: str, keys: Any, host_indices: Any) -> None:
+        """Storage IO between these host slots and these page keys (subclasses that remember which key a slot holds note it)."""
+
+    def tap_terminate(self, cc: Any) -> None:
         def terminate(original: Callable) -> Callable:
             def wrapper(operation: Any) -> Any:
                 completed, hashes = original(operation)
@@ -214,32 +238,10 @@ class Taps:
                 return completed, hashes
             return wrapper
 
-        wrap(cc.prefetch_queue, "put", queued)
-        wrap(cc.prefetch_revoke_queue, "put", revoked)
-        self._tap_load_path(cc)
-        wrap(cc, "page_set_func", page_set)
         wrap(cc, "terminate_prefetch", terminate)
-        self._tap_copies(cc)
 
     def _tap_load_path(self, cc: Any) -> None:
         """HIT when the IO thread takes the operation, IO start/end per storage batch, IO_DONE after its last release."""
-        def transfer(original: Callable) -> Callable:
-            def wrapper(operation: Any) -> Any:
-                op = operation.request_id
-                self.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
-                self.ctx.transferring = op
-                try:
-                    result = original(operation)
-                except BaseException as exc:
-                    self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
-                    self._io_finished(op)
-                    raise  # upstream's IO thread ends here, as it would on a storage error
-                finally:
-                    self.ctx.transferring = None
-                self.ctx.finishing = op  # its next release (the unused tail) ends its IO
-                return result
-            return wrapper
-
         def released(original: Callable) -> Callable:
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 result = original(*args, **kwargs)
@@ -267,9 +269,36 @@ class Taps:
                 return result
             return wrapper
 
-        wrap(cc, "_page_transfer", transfer)
+        wrap(cc, "_page_transfer", self.transfer)
         wrap(cc, "append_host_mem_release", released)
         wrap(cc, "page_get_func", page_get)
+
+    def transfer(self, original: Callable) -> Callable:
+        """Wraps the IO thread's _page_transfer: transfer_started when it takes the operation; what ends the IO is transfer_raised / transfer_returned."""
+        def wrapper(operation: Any) -> Any:
+            op = operation.request_id
+            self.transfer_started(operation)
+            self.ctx.transferring = op
+            try:
+                result = original(operation)
+            except BaseException as exc:
+                self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
+                self.transfer_raised(op)
+                raise
+            finally:
+                self.ctx.transferring = None
+            self.transfer_returned(op)
+            return result
+        return wrapper
+
+    def transfer_started(self, operation: Any) -> None:
+        self.trace.record(EventKind.HIT, op=operation.request_id, value=len(operation.hash_value))  # the hit after the prefetch thread's MIN
+
+    def transfer_raised(self, op: str) -> None:
+        self._io_finished(op)  # upstream's IO thread ends here, as it would on a storage error
+
+    def transfer_returned(self, op: str) -> None:
+        self.ctx.finishing = op  # its next release (the unused tail) ends its IO
 
     def _end_in_parts(self, op: str | None, host_indices: Any, io: int, arrived_tokens: int, pool: str = KV) -> None:
         slots = host_indices.tolist()
@@ -336,6 +365,7 @@ class Taps:
                         continue  # not a pool this harness tracks (its slots are not recorded)
                     io = self.trace.next_io_id()
                     start = self.trace.record(EventKind.IO_START, op=op, pool=name, space=HOST, slots=t.host_indices, io=io, value=direction)
+                    self.saw_pages(name, t.keys or (), t.host_indices)
                     started.append((t, name, io, start))
                 try:
                     for *_, start in started:
@@ -359,27 +389,6 @@ class Taps:
     def tap_cache(self, cache: Any, decision_state: Callable[[Any], DecisionState]) -> None:
         self.decision_state = decision_state
 
-        def deciding(original: Callable) -> Callable:
-            def wrapper(operation: Any) -> Any:
-                saved = (self.ctx.op, self.ctx.phase, self.ctx.voted)
-                self.ctx.op, self.ctx.phase, self.ctx.voted = operation.request_id, "vote", False
-                self.ctx.operation = operation
-                try:
-                    with collectives.active(self):
-                        result = original(operation)
-                    if not self.ctx.voted:  # no reduce carried the vote: best_effort, or one rank that skips it
-                        self._vote_at_return(original, operation, bool(result))
-                    return result
-                finally:
-                    self.ctx.op, self.ctx.phase, self.ctx.voted = saved
-            return wrapper
-
-        def reducing(original: Callable) -> Callable:
-            def wrapper(tensor: Any, op: Any) -> Any:
-                self.on_reduce(tensor)
-                return original(tensor, op)
-            return wrapper
-
         def inserting(original: Callable) -> Callable:
             def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any, *args: Any, **kwargs: Any) -> Any:
                 op = self.ctx.op
@@ -389,11 +398,7 @@ class Taps:
                     matched = original(node, key, host_value, hash_value, *args, **kwargs)
                 finally:
                     self.ctx.inserting = saved
-                inserted = host_value[matched:].tolist()
-                if inserted:
-                    self.trace.record(EventKind.INSERT, op=op, pool=KV, space=HOST, slots=inserted)
-                    for s in inserted:
-                        self.owner[(KV, s)] = TREE
+                self.inserted(op, host_value[matched:].tolist())
                 return matched
             return wrapper
 
@@ -403,22 +408,52 @@ class Taps:
                     return original(req_id)
             return wrapper
 
-        def phase(name: str) -> Callable[[Callable], Callable]:
-            def make(original: Callable) -> Callable:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    with self.scheduling(phase=name):
-                        return original(*args, **kwargs)
-                return wrapper
-            return make
-
-        wrap(cache, "can_terminate_prefetch", deciding)
+        wrap(cache, "can_terminate_prefetch", self.deciding)
         if hasattr(cache, "_all_reduce_attn_groups"):
-            wrap(cache, "_all_reduce_attn_groups", reducing)
+            wrap(cache, "_all_reduce_attn_groups", self.reducing)
         wrap(cache, "_insert_helper_host", inserting)
         wrap(cache, "check_prefetch_progress", progress)
-        wrap(cache, "writing_check", phase("write_ack_min"))
-        wrap(cache, "loading_check", phase("load_ack_min"))
-        wrap(cache, "drain_storage_control_queues", phase("drain_queues_min"))
+        wrap(cache, "writing_check", self.phase("write_ack_min"))
+        wrap(cache, "loading_check", self.phase("load_ack_min"))
+        wrap(cache, "drain_storage_control_queues", self.phase("drain_queues_min"))
+
+    def inserted(self, op: str | None, slots: list[int]) -> None:
+        """These KV host slots entered the tree with the commit of op: the tree owns them now."""
+        if slots:
+            self.trace.record(EventKind.INSERT, op=op, pool=KV, space=HOST, slots=slots)
+            for s in slots:
+                self.owner[(KV, s)] = TREE
+
+    def deciding(self, original: Callable) -> Callable:
+        """Wraps the decision method: the vote is recorded at its reduce, or at its return when no reduce carries it."""
+        def wrapper(operation: Any) -> Any:
+            saved = (self.ctx.op, self.ctx.phase, self.ctx.voted)
+            self.ctx.op, self.ctx.phase, self.ctx.voted = operation.request_id, "vote", False
+            self.ctx.operation = operation
+            try:
+                with collectives.active(self):
+                    result = original(operation)
+                if not self.ctx.voted:  # no reduce carried the vote: best_effort, or one rank that skips it
+                    self._vote_at_return(original, operation, bool(result))
+                return result
+            finally:
+                self.ctx.op, self.ctx.phase, self.ctx.voted = saved
+        return wrapper
+
+    def reducing(self, original: Callable) -> Callable:
+        def wrapper(tensor: Any, op: Any) -> Any:
+            self.on_reduce(tensor)
+            return original(tensor, op)
+        return wrapper
+
+    def phase(self, name: str) -> Callable[[Callable], Callable]:
+        """Wraps a scheduler method whose collectives are named `name`."""
+        def make(original: Callable) -> Callable:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self.scheduling(phase=name):
+                    return original(*args, **kwargs)
+            return wrapper
+        return make
 
     def tap_barrier(self, cache: Any, name: str) -> None:
         """A barrier method of the cache (release_aborted_request runs one)."""

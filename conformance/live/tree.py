@@ -25,11 +25,15 @@ ACCEPTED = "an SGLang source checkout (containing python/sglang/__init__.py), a 
 LIVE_CLASSES = {
     "HiRadixCache": "srt/mem_cache/hiradix_cache.py",
     "HiMambaRadixCache": "srt/mem_cache/hi_mamba_radix_cache.py",
-}
-# Cache classes recognised but not yet wired (reported, not run).
-KNOWN_UNWIRED = {
     "UnifiedRadixCache": "srt/mem_cache/unified_radix_cache.py",
 }
+# Files a live class needs besides its own module: the layout the harness is wired to.
+# UnifiedRadixCache is wired in the 0.5.2x layout (a tree core and components, global
+# server-args sections); the fork's earlier UnifiedRadixCache has neither.
+LAYOUT_FILES = {
+    "UnifiedRadixCache": ("srt/mem_cache/unified_cache/unified_tree_core.py", "srt/runtime_context.py"),
+}
+LAYOUT_NAMES = {"UnifiedRadixCache": "the 0.5.2x layout"}
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class SglangTree:
     label: str  # the version or commit shown in the matrix
     classes: tuple[str, ...]  # LIVE_CLASSES found in the tree
     missing: tuple[str, ...]  # LIVE_CLASSES absent from the tree, one line each
-    unwired: tuple[str, ...]  # KNOWN_UNWIRED found (recognised, not run)
+    unwired: tuple[str, ...]  # classes defined in a layout the harness is not wired to, one line each (reported, not run)
 
     @property
     def package(self) -> Path:
@@ -65,14 +69,23 @@ def locate(value: str) -> SglangTree:
     if root is None:
         raise ConfigError(OPTION, value, ACCEPTED)
     package = root / "sglang"
-    found = tuple(name for name, rel in LIVE_CLASSES.items() if _defines(package / rel, name))
+    defined = [name for name, rel in LIVE_CLASSES.items() if _defines(package / rel, name)]
+    found = tuple(name for name in defined if not _layout_missing(package, name))
     missing = tuple(
         f"{name}: not defined in sglang/{rel}" if (package / rel).is_file() else f"{name}: sglang/{rel} does not exist"
         for name, rel in LIVE_CLASSES.items()
-        if name not in found
+        if name not in defined
     )
-    unwired = tuple(name for name, rel in KNOWN_UNWIRED.items() if _defines(package / rel, name))
+    unwired = tuple(
+        f"{name} is in the tree but not in {LAYOUT_NAMES[name]} the harness is wired to (sglang/{_layout_missing(package, name)} does not exist)"
+        for name in defined if name not in found
+    )
     return SglangTree(value, root, label or detect_label(path.resolve(), package), found, missing, unwired)
+
+
+def _layout_missing(package: Path, class_name: str) -> str | None:
+    """The first layout file of the class the tree lacks (None: the tree has the layout the harness is wired to)."""
+    return next((rel for rel in LAYOUT_FILES.get(class_name, ()) if not (package / rel).is_file()), None)
 
 
 def _import_root(path: Path) -> Path | None:

@@ -14,10 +14,13 @@ from spec.errors import ConfigError
 HIRADIX = "class HiRadixCache(RadixCache):\n    pass\n"
 HI_MAMBA = "class HiMambaRadixCache(MambaRadixCache):\n    pass\n"
 NO_HI_MAMBA = "HiMambaRadixCache: sglang/srt/mem_cache/hi_mamba_radix_cache.py does not exist"
+NO_UNIFIED = "UnifiedRadixCache: sglang/srt/mem_cache/unified_radix_cache.py does not exist"
+# The files that tell 0.5.2x's layout (tree core, runtime context) from the fork's earlier UnifiedRadixCache.
+UNIFIED_LAYOUT = ("srt/mem_cache/unified_cache/unified_tree_core.py", "srt/runtime_context.py")
 
 
 def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | None = None, unified: bool = False,
-                   hi_mamba: bool = False) -> Path:
+                   hi_mamba: bool = False, unified_layout: bool = False) -> Path:
     """A minimal upstream-shaped sglang package under root; returns the package directory."""
     package = root / "sglang"
     mem_cache = package / "srt" / "mem_cache"
@@ -29,6 +32,9 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
         (mem_cache / "hi_mamba_radix_cache.py").write_text(HI_MAMBA)
     if unified:
         (mem_cache / "unified_radix_cache.py").write_text("class UnifiedRadixCache(BasePrefixCache):\n    pass\n")
+    for rel in UNIFIED_LAYOUT if unified_layout else ():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text("")
     if version is not None:
         (package / "version.py").write_text(f'__version__ = "{version}"\n')
     return package
@@ -38,17 +44,28 @@ def test_checkout_layout_imports_from_python_dir(tmp_path):
     sglang_package(tmp_path / "python", version="0.5.9", hi_mamba=True)
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path / "python"
-    assert tree.classes == ("HiRadixCache", "HiMambaRadixCache") and tree.missing == ()
+    assert tree.classes == ("HiRadixCache", "HiMambaRadixCache") and tree.missing == (NO_UNIFIED,)
     assert tree.label == "0.5.9"
 
 
 def test_wheel_or_site_packages_layout(tmp_path):
-    sglang_package(tmp_path, hiradix=None, unified=True)
+    sglang_package(tmp_path, hiradix=None, unified=True, unified_layout=True)
     (tmp_path / "sglang-0.5.23.dist-info").mkdir()
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path and tree.label == "0.5.23"
-    assert tree.classes == () and tree.unwired == ("UnifiedRadixCache",)
+    assert tree.classes == ("UnifiedRadixCache",) and tree.unwired == ()
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
+    assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
+
+
+def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
+    """The fork's earlier UnifiedRadixCache (no tree core, no runtime context) is another protocol: named, not run."""
+    sglang_package(tmp_path / "python")
+    sglang_package(tmp_path / "other", hiradix=None, unified=True)
+    tree = locate(str(tmp_path / "other"))
+    assert tree.classes == ()
+    assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.2x layout the harness is wired to "
+                            "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",)
 
 
 def test_package_directory_itself(tmp_path):
@@ -67,7 +84,7 @@ def test_class_only_in_a_comment_is_missing(tmp_path):
     sglang_package(tmp_path, hiradix="# class HiRadixCache(RadixCache) was removed\nclass UnifiedRadixCache:\n    pass\n")
     tree = locate(str(tmp_path))
     assert tree.classes == ()
-    assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py", NO_HI_MAMBA)
+    assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py", NO_HI_MAMBA, NO_UNIFIED)
 
 
 @pytest.mark.parametrize("value, fragment", [
@@ -93,7 +110,7 @@ def test_tree_without_any_live_class_is_reported_not_run(tmp_path):
         live_trees([str(tmp_path)])
     message = str(info.value)
     assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in message
-    assert "UnifiedRadixCache is in the tree but not wired to the harness yet" in message
+    assert "UnifiedRadixCache is in the tree but not in the 0.5.2x layout the harness is wired to" in message
 
 
 def test_one_tree_per_run(tmp_path):

@@ -1,0 +1,231 @@
+"""0.5.2x's UnifiedRadixCache, built from the user's tree on CPU, behind the CacheUnderTest protocol.
+
+The 0.5.2x layout is configured through global server-args sections (the
+runtime context a scheduler publishes), builds its tree core and its
+components from CacheInitParams (here the full-attention component alone,
+on upstream's MHA KV pool), and attaches HiCache afterwards
+(init_hicache: the host pool group, HybridCacheController, HiCacheFile).
+Requests are CacheRequestHandles; a load-back takes the scheduler's Req.
+Prefetches are committed by the ACK drain inside check_hicache_events,
+not by check_prefetch_progress (unified_taps.py says where each event is
+recorded).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from conformance.live.runtime import Runtime, ensure_process_group
+from conformance.live.session import LiveSession, UPSTREAM_THREADS, configure_through, server_args_fields
+from conformance.live.unified_taps import UnifiedTaps
+from spec.trace import EventKind
+from spec.decision import DecisionState
+
+# The dummy model is upstream's own no-model path through ServerArgs.__post_init__.
+NO_MODEL = "dummy"
+
+
+def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
+    """C1/C2 through upstream's CLI parser and HybridCacheController's extra-config parser (what init_hicache calls)."""
+    parse = runtime.module("hybrid_cache_controller").HybridCacheController.parse_storage_backend_extra_config
+    configure_through(runtime, fields, lambda _cls, extra: parse(extra))
+
+
+class UnifiedSession(LiveSession):
+    """One upstream UnifiedRadixCache instance (full-attention component, HiCache with the file backend) for one test."""
+
+    CLASS_NAME = "UnifiedRadixCache"
+    THREADS = (*UPSTREAM_THREADS, "prefetch_sync_thread")
+
+    def configure_runtime(self, host_ratio: float) -> tuple[Any, Any]:
+        """Publish the server args as upstream's scheduler does (runtime_context.publish), then join its process groups (their widths come from it)."""
+        args = self.runtime.server_args_cls(model_path=NO_MODEL, tp_size=self.env.world_size, **server_args_fields(self.env, host_ratio))
+        context = self.runtime.module("runtime_context")
+        context.publish(args, role="scheduler", ranks=context.SpawnRanks(world_rank=self.env.rank))
+        return ensure_process_group(self.runtime, self.env.rank, self.env.world_size), args
+
+    def make_taps(self) -> UnifiedTaps:
+        return UnifiedTaps(self.env.trace, self.env.termination, self.env.page_size)
+
+    def build(self) -> Any:
+        m = self.runtime.modules
+        self.device_pool, self.allocator, req_pool = self.mha_device_tier()
+        params = m["cache_init_params"].CacheInitParams(
+            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
+            tp_cache_group=self.group, tree_components=(m["components"].ComponentType.FULL,))
+        cache = m["unified_radix_cache"].UnifiedRadixCache(params)
+        cache.init_hicache(self.args, params)
+        self.kv_host = cache.cache_controller.mem_pool_host.anchor_entry.host_pool
+        self.handles: dict[str, Any] = {}
+        return cache
+
+    def install_taps(self) -> None:
+        """The unified cache's own tap points (unified_taps.py) in place of the fork's."""
+        self.taps.file_name = self.storage_file_name
+        self.taps.tap_host_pool(self.kv_host)
+        self.taps.tap_controller(self.cc)
+        self.taps.tap_load_back(self.cc, self.kv_host)
+        self.taps.tap_storage(self.backend, self.storage_file_name)
+        self.taps.tap_unified_cache(self.cache, self.decision_state)
+
+    # --- requests --------------------------------------------------------------------------------
+
+    def handle(self, request_id: str) -> Any:
+        """The scheduler's handle of a request (one attempt per request here)."""
+        if request_id not in self.handles:
+            self.handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
+        return self.handles[request_id]
+
+    def radix_key(self, tokens: Sequence[int]) -> Any:
+        return self.runtime.modules["radix_cache"].RadixKey(array("q", tokens))
+
+    # --- the protocol ------------------------------------------------------------------------------
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
+        m = self._node_hit(tokens)
+        return int(m.device_prefix_len), int(m.host_hit_length)
+
+    def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
+        """prefetch_from_storage, then the scheduler's steps until the ACK drain has taken its hit (allocated it, or revoked it).
+
+        The 0.5.2x prefetch thread only queries storage: its IO starts once a
+        scheduler step's drain allocates the hit's host slots.
+        """
+        m = self._node_hit(tokens)
+        matched = int(m.device_prefix_len) + int(m.host_hit_length)
+        node, handle = m.last_host_node, self.handle(request_id)
+        with self.taps.scheduling(op=request_id, phase="prefetch"):
+            self.cache.prefetch_from_storage(handle, node, array("q", tokens[matched:]), last_hash=self.cache.get_last_hash_value(node))
+        entry = self.cache.ongoing_prefetch.get(handle)
+        if entry is None:
+            return 0
+
+        def hit_drained() -> bool:
+            current = self.cache.ongoing_prefetch.get(handle)
+            return current is None or current.host_indices is not None
+
+        self.pump(hit_drained, f"the ACK drain to take the storage hit of {request_id}")
+        return len(entry.prefetch_key)
+
+    def wait_prefetch_io(self, request_id: str) -> None:
+        """The scheduler's steps until upstream's IO thread sent the final ACK of the prefetch (its IO has ended), then one more.
+
+        The step after the IO ended drains its final ACK (once the sync thread
+        forwarded it, on one rank): a prefetch whose IO ended is then committed
+        as upstream's next step commits it, whichever thread ran first.
+        """
+        self.pump(lambda: request_id in self.taps.ended_ops or request_id not in self.taps.started_ops,
+                  f"upstream's IO thread to finish the IO of {request_id}")
+        self.settle_acks()
+        self.cache.check_hicache_events()
+
+    def pump(self, done: Callable[[], bool], what: str) -> None:
+        """check_hicache_events as upstream's scheduler runs it each step, on every rank, until `done` holds on every rank."""
+        rounds = 200  # bounded: 200 rounds of at most wait_timeout_s / 200 each
+        for _ in range(rounds):
+            self.cache.check_hicache_events()
+            if not self._any_rank(not done()):
+                return
+            with self.taps.io_done:
+                self.taps.io_done.wait_for(done, self.env.wait_timeout_s / rounds)
+        raise AssertionError(f"L4: sglang-live: waited {self.env.wait_timeout_s}s ({rounds} scheduler steps) for {what} ({self.threads_state()})")
+
+    def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
+        """One scheduler step. The ACK drain may have committed a prefetch in an earlier step (or a flush): its last commit counts."""
+        finished: dict[str, int] = {}
+        self.settle_acks()
+        with self.taps.scheduler_step():
+            self.cache.check_hicache_events()
+            for request_id in request_ids:
+                handle = self.handle(request_id)
+                if self.cache.check_prefetch_progress(handle):
+                    self.cache.pop_prefetch_loaded_tokens(handle)
+                    commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id]
+                    finished[request_id] = int(commits[-1].value) if commits else 0
+        return finished
+
+    def settle_acks(self) -> None:
+        """One rank: wait until upstream's sync thread has forwarded every ACK its IO thread queued.
+
+        A step's ACK drain then sees every batch that has landed (the order the
+        harness's gates define). Several ranks: the sync thread's reduce waits
+        for every rank's ACK, so a rank whose IO a scenario holds would hold
+        this wait; there the forwarding stays a race, as in upstream.
+        """
+        if self.env.world_size != 1:
+            return
+        taps = self.taps
+        with taps.io_done:
+            settled = taps.io_done.wait_for(lambda: taps.acks_queued == taps.acks_forwarded, self.env.wait_timeout_s)
+        if not settled:
+            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread did not forward {taps.acks_queued - taps.acks_forwarded} "
+                                 f"ACK(s) within {self.env.wait_timeout_s}s ({self.threads_state()})")
+
+    def abort(self, request_id: str) -> None:
+        with self.taps.scheduling(op=request_id, phase="abort"):
+            self.cache.release_aborted_request(self.handle(request_id))
+
+    def loaded_slots(self, tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
+        """init_load_back with the scheduler's Req, start_loading, then the next step's loading_check."""
+        m = self.runtime.modules
+        match = self._node_hit(tokens)
+        if int(match.host_hit_length):
+            req = m["schedule_batch"].Req("load-back", "", array("q", tokens), m["sampling_params"].SamplingParams(max_new_tokens=1))
+            req.last_node = match.last_device_node
+            self.cache.init_load_back(m["base_prefix_cache"].InitLoadBackParams(
+                best_match_node=match.best_match_node, host_hit_length=int(match.host_hit_length), req=req))
+            self.cache.ready_to_load_host_cache()
+        self.cache.check_hicache_events()
+        match = self._node_hit(tokens)
+        return match, self.cache.path_device_indices(match.last_device_node)
+
+    # --- decision probes: the class's own _can_terminate_prefetch on a real operation ---------------
+
+    def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
+        """A hybrid PrefetchOperation in `state`; its wait timer started at `start_time`, as the first blocked poll starts it."""
+        ps = self.env.page_size
+        operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle("decision-probe"), [0] * (state.hit_pages * ps))
+        operation.hash_value = [f"probe-{i}" for i in range(state.hit_pages)]
+        operation.storage_hit_count = operation.stats_requested_tokens = state.hit_pages * ps
+        # The drain allocates host slots only for a hit: with none, the operation has none (upstream revokes it there).
+        operation.host_indices = torch.arange(state.hit_pages * ps) if state.hit_pages else None
+        operation.completed_tokens = state.completed_tokens
+        operation.start_time = start_time
+        if state.pool_transfers_present:
+            operation.pool_transfers = ["mamba"]  # read for presence only by the decision
+            operation.pool_transfers_done = state.pool_transfers_done
+        self.cache._storage_prefetch_wait.pop(operation.handle, None)
+        self.cache._start_storage_prefetch_wait(operation)
+        wait = self.cache._storage_prefetch_wait.get(operation.handle)
+        if wait is not None:
+            wait.timer.started_at = start_time
+        if state.terminated:
+            operation.mark_terminate()
+        return operation
+
+    def can_terminate(self, operation: Any) -> bool:
+        """check_prefetch_progress's decision: a terminated operation ends, otherwise the class's vote decides.
+
+        Upstream skips the vote of a terminated operation; the probe casts it anyway, so that every probe records its vote.
+        """
+        vote = bool(self.cache._can_terminate_prefetch(operation))
+        return operation.is_terminated() or vote
+
+    def evict_all(self) -> None:
+        self.settle_acks()
+        super().evict_all()
+
+    def close(self) -> None:
+        """The scheduler's steps until every prefetch's IO has ended and its ACKs and releases are drained, then upstream's shutdown."""
+        if self._closed:
+            return
+        cc, taps = self.cc, self.taps
+        try:
+            self.pump(lambda: taps.started_ops <= taps.ended_ops and taps.acks_queued == taps.acks_forwarded
+                      and cc.ack_prefetch_queue.empty() and cc.host_mem_release_queue.empty(),
+                      "every prefetch's IO to end and its ACKs to be drained before shutdown")
+        finally:
+            super().close()
