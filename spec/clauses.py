@@ -223,7 +223,7 @@ _CLAUSES = [
             f"{UNIFIED}: UnifiedRadixCache.check_prefetch_progress (the sidecar hit pages in the packed MIN)"),
            ("F3", "F4", "S4")),
     Clause("S1", "S", "No exposure of slots under IO",
-           "No slot is inserted or loaded back while IO into it is in flight, or while the operation that owns it may still start IO (is not terminated).",
+           "No slot is inserted or loaded back while IO into it is in flight, or while the operation that owns it may still start IO (it is neither terminated, revoked nor done: its IO thread has not said it starts no more).",
            "This is the garbled-output bug, stated as a trace property.",
            Stance.CORRECTS,
            "Violated through windows 1, 2 and 5 (see F2, F6), and before the guard by every prefetch with an extra pool.",

@@ -56,6 +56,12 @@ def _ended(kind: EventKind) -> bool:
     return kind in (EventKind.TERMINATE, EventKind.REVOKE)
 
 
+# An operation starts no more IO once terminated, revoked or done (its IO thread said so):
+# a cache that commits a finished prefetch without a terminate (0.5.2x's ACK drain) is not exposing anything.
+def _io_closed(kind: EventKind) -> bool:
+    return _ended(kind) or kind is EventKind.IO_DONE
+
+
 # --- safety ------------------------------------------------------------------
 
 def check_s1(ctx: CheckContext) -> Iterator[Violation]:
@@ -77,7 +83,7 @@ def check_s1(ctx: CheckContext) -> Iterator[Violation]:
             elif e.kind is EventKind.ALLOC and e.op is not None:
                 for key, _ in _slot_keys(e):
                     owner[key] = e.op
-            elif _ended(e.kind):
+            elif _io_closed(e.kind):
                 stopped.add(e.op)
             elif e.kind is EventKind.INSERT:
                 yield from _exposed(e, "inserted", open_io, owner, stopped)
@@ -94,7 +100,7 @@ def _exposed(e: Event, action: str, open_io: Mapping, owner: Mapping, stopped: s
             yield Violation("S1", f"{action} while IO {ios} into it is in flight", e, slot)
         op = owner.get(key)
         if op is not None and op not in stopped:
-            yield Violation("S1", f"{action} before operation {op} was terminated (its IO may still start)", e, slot)
+            yield Violation("S1", f"{action} before operation {op} was terminated or done (its IO may still start)", e, slot)
 
 
 def check_s2(ctx: CheckContext) -> Iterator[Violation]:

@@ -107,11 +107,20 @@ def test_s1_insert_while_pool_io_in_flight():
     assert any("in flight" in v.message and v.slot == 0 and v.event.pool == "indexer" for v in violations)
 
 
-def test_s1_insert_before_terminate():
-    run = Run().start().load_all()
+def test_s1_insert_before_terminate_or_done():
+    run = Run().start()
+    run.io("kv", KV)
+    run.io("indexer", KV)  # every transfer ended, but the IO thread may still start more
     run.insert()
     violations = check(run.trace(), CFG, clauses=["S1"])
-    assert violations and "before operation r1 was terminated" in violations[0].message
+    assert violations and "before operation r1 was terminated or done" in violations[0].message
+
+
+def test_s1_insert_after_io_done_without_terminate_holds():
+    # A cache that commits a finished prefetch on its IO thread's last word (0.5.2x's ACK drain).
+    run = Run().start().load_all()
+    run.insert()
+    assert check(run.trace(), CFG, clauses=["S1"]) == []
 
 
 def test_s1_load_back_under_io():
