@@ -28,6 +28,7 @@ from conformance.adapter import CacheEnv
 from conformance.capabilities import require
 from conformance.failures import PROP_FAILED, failure_properties
 from conformance.gates import Gate
+from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report import PROP_DEVICE_NOT_RUN
 from spec.clauses import CATALOGUE
@@ -89,13 +90,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     harness = harness_of(metafunc.config)
     metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
     if "device" in metafunc.fixturenames:
-        params = []
-        for param in harness.device_params():
-            marks = [pytest.mark.gpu] if param.is_gpu else []
-            if param.skip_reason:
-                marks.append(pytest.mark.skip(reason=param.skip_reason))
-            params.append(pytest.param(param.id, id=param.id, marks=marks))
-        metafunc.parametrize("device", params, indirect=True)
+        metafunc.parametrize("device", devices.pytest_params(harness.device_params()), indirect=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -167,13 +162,4 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
         return session
 
     yield make
-    gate.release_all()  # a parked thread would keep close() from finishing
-    leftovers, background = [], []
-    for session in sessions:
-        session.close()
-        leftovers += [t.name for t in session.threads() if t.is_alive()]
-        report = getattr(session, "background_errors", None)  # optional member of the protocol
-        if callable(report):
-            background += [str(error) for error in report()]
-    assert not leftovers, f"threads still running after close(): {leftovers}"
-    assert not background, f"unexpected exceptions on background threads (bugs, not storage faults): {background}"
+    close_and_check(sessions, gates=[gate])
