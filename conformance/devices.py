@@ -153,11 +153,11 @@ def pytest_params(params: list[DeviceParam] | None = None) -> list:
     return out
 
 
-def gpu_marks() -> list:
-    """For a test that needs a GPU and takes no device param: marked gpu, skipped with the reason where none is visible."""
+def needs_gpu(test):
+    """Decorates a test that needs a GPU and takes no device param: marked gpu, skipped with the reason where none is visible."""
     import pytest
 
-    return [pytest.mark.gpu, pytest.mark.skipif(visible_gpu_count() == 0, reason=no_gpu_reason())]
+    return pytest.mark.gpu(pytest.mark.skipif(visible_gpu_count() == 0, reason=no_gpu_reason())(test))
 
 
 def torch_device(param_id: str) -> str:

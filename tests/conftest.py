@@ -10,7 +10,7 @@ planted that failure and said so (`errors_expected`).
 The rest of the shared support lives where the harness keeps it, so tests
 and the suite use the same code: random data in conformance/scenarios.py
 (`random_rows`, `pool_data`, `same_bytes`), devices in conformance/devices.py
-(`pytest_params`, `gpu_marks`, `torch_device`), rank processes in
+(`pytest_params`, `needs_gpu`, `torch_device`), rank processes in
 conformance/multirank/processes.py (`run_ranks`).
 """
 

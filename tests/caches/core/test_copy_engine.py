@@ -7,11 +7,10 @@ import torch
 
 from caches.core.copy_engine import CopyEngine, CopyEngineError, CopyHandle, CopyTimeout
 from caches.core.pools import PoolBuffer, PoolSlotError, PoolSpec
+from conformance import devices
 from conformance.scenarios import random_rows
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device visible to torch"
-)
+needs_cuda = devices.needs_gpu
 
 
 def slots(values):
