@@ -166,6 +166,13 @@ class CacheAdapter(Protocol):
 # opposed to a storage fault, which is a failed transfer). make_cache's
 # teardown fails the test when it lists any.
 
+# Optional on an adapter:
+#   io_order: str
+# the order the implementation's IO thread loads a prefetch in, one of
+# conformance.schedule_model.IO_ORDERS ("kv_then_extras", the default, or
+# "extras_with_each_batch"); the exploration's expected schedule counts follow
+# it, and tests that drive IO in another order skip (ADAPTERS.md, "IO order").
+
 # Optional on an adapter (tests needing it skip with a reason when absent):
 #   configure(fields: Mapping[str, Any]) -> None
 # builds the implementation's own configuration from spec-named termination

@@ -31,6 +31,7 @@ from conformance.gates import Gate
 from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report import PROP_DEVICE_NOT_RUN
+from conformance.schedule_model import adapter_io_order, check_io_order
 from spec.clauses import CATALOGUE
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
@@ -38,7 +39,7 @@ from spec.trace import TraceRecorder
 
 __all__ = [
     "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
-    "device", "require_fixture", "clock", "trace", "gate", "make_cache",
+    "device", "io_order_the_test_drives", "require_fixture", "clock", "trace", "gate", "make_cache",
 ]
 
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
@@ -47,6 +48,8 @@ _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
     config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
+    config.addinivalue_line("markers", "io_order(order, why): the test drives IO in that order (schedule_model.IO_ORDERS); "
+                                       "an adapter declaring another skips it, saying so")
     if not any(line.startswith("gpu:") for line in config.getini("markers")):
         config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where none is visible")
 
@@ -111,6 +114,20 @@ def device(request: pytest.FixtureRequest) -> str:
         request.node.user_properties.append((PROP_DEVICE_NOT_RUN, reason))
         pytest.skip(reason)
     return devices.torch_device(param)
+
+
+@pytest.fixture(autouse=True)
+def io_order_the_test_drives(request: pytest.FixtureRequest) -> None:
+    """A test marked io_order(order, why) skips for an adapter that declares another IO order (ADAPTERS.md)."""
+    marker = request.node.get_closest_marker("io_order")
+    callspec = getattr(request.node, "callspec", None)
+    impl = callspec.params.get("impl") if callspec is not None else None
+    if marker is None or impl is None:
+        return
+    order, why = check_io_order(marker.args[0], "io_order marker"), marker.args[1]
+    declared = adapter_io_order(impl)
+    if declared != order:
+        pytest.skip(f"drives the IO in the order {order!r} ({why}); adapter {impl.name!r} declares io_order {declared!r}")
 
 
 @pytest.fixture(name="require")

@@ -70,6 +70,7 @@ class HierarchicalCache:
     # The parts a variant may swap (caches/variants/ replaces the fence and the operation).
     commit_class: ClassVar[type[PrefetchCommit]] = PrefetchCommit
     operation_class: ClassVar[type[PrefetchOperation]] = PrefetchOperation
+    controller_class: ClassVar[type[StorageController]] = StorageController
 
     def __init__(
         self,
@@ -120,7 +121,7 @@ class HierarchicalCache:
         # The threads that move pages to and from storage.
         self.stats = CacheStats()
         acks = BackupAcks(self.reducer)
-        self.controller = StorageController(
+        self.controller = self.controller_class(
             name=f"{self.name}-r{self.rank}", storage=self.storage, host_pools=self.host_pools, page_size=self.page_size,
             trace=self.trace, hit_reducer=hit_reducer, batch_pages=config.storage_batch_pages,
             threshold_pages=config.prefetch_threshold_pages, on_backup_done=acks.arrived,

@@ -63,3 +63,21 @@ def test_an_undeclared_io_order_is_the_default_and_a_bad_one_is_one_line():
         adapter_io_order(Odd())
     message = str(err.value)
     assert "odd.io_order" in message and "'kv_last'" in message and "extras_with_each_batch" in message and "\n" not in message
+
+
+def test_the_loader_rejects_a_bad_io_order_in_one_line():
+    from caches.adapters import hiradix
+    from conformance.loader import check_adapter
+
+    class BadOrder:
+        def __init__(self) -> None:
+            inner = hiradix()
+            self.name, self.capabilities, self.default_extra_pools = inner.name, inner.capabilities, inner.default_extra_pools
+            self.io_order = "concurrent"
+
+        def create(self, env):
+            raise AssertionError("never created")
+
+    with pytest.raises(ConfigError) as err:
+        check_adapter(BadOrder(), "--cache-impl x:y")
+    assert "--cache-impl x:y io_order" in str(err.value) and "'concurrent'" in str(err.value) and "\n" not in str(err.value)
