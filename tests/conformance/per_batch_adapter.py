@@ -71,11 +71,10 @@ class ExtrasWithEachBatch(StorageController):
             loaded += arrived[0]
             if min(arrived) < last - first:
                 break
-        if not op.is_terminated():
-            if loaded == 0:
-                op.revoke("io_failed")
-            else:
-                op.trim_hit(loaded)
+        if loaded and not op.is_terminated():
+            op.trim_hit(loaded)  # the hit follows KV, as in the default order
+        elif not op.is_terminated():
+            op.revoke("io_failed")
         op.finish_transfers()
 
 
