@@ -19,15 +19,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from spec.clock import Clock
 from spec.config import TerminationConfig
 from spec.decision import DecisionState
 from spec.fence import HitPolicy
 from spec.trace import TraceRecorder
+
+if TYPE_CHECKING:  # the pytest plugin imports this in every process, the xdist controller included: no torch there
+    import torch
 
 ENTRY_POINT_GROUP = "hicache_conformance.adapters"
 
