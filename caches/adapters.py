@@ -124,6 +124,14 @@ class BuiltinAdapter:
     default_extra_pools: tuple[str, ...]
     capabilities: frozenset[str]
 
+    @property
+    def preload_modules(self) -> tuple[str, ...]:
+        """What every rank process imports anyway: the harness imports it once, in the process ranks fork from."""
+        from caches.registry import CACHE_CLASSES
+
+        own = CACHE_CLASSES.get(self.name)  # a variant's class lives elsewhere: the shared core still is most of it
+        return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
+
     def configure(self, fields: Mapping[str, Any]) -> None:
         """Validate spec-named termination fields through this cache's own config."""
         from caches.config import CacheConfig

@@ -174,6 +174,11 @@ class CacheAdapter(Protocol):
 # "extras_with_each_batch"); the exploration's expected schedule counts follow
 # it, and tests that drive IO in another order skip (ADAPTERS.md, "IO order").
 
+# Optional on an adapter:
+#   preload_modules: Sequence[str]
+# modules every rank process of a multi-rank test would import (the cache's
+# own); imported once in the process the ranks fork from.
+
 # Optional on an adapter (tests needing it skip with a reason when absent):
 #   configure(fields: Mapping[str, Any]) -> None
 # builds the implementation's own configuration from spec-named termination

@@ -50,7 +50,7 @@ def run_ranks(impl, device, tmp_path, request, require):
             if reason:
                 pytest.skip(reason)
         return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
-                           hang_timeout_s=5.0, preload=[type(impl).__module__], **checks)
+                           hang_timeout_s=5.0, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
 
     return run
 

@@ -207,11 +207,6 @@ class LaunchResult:
 
 # --- the parent ---------------------------------------------------------------------
 
-# Imported once in the forkserver, so that forked ranks find the rank side (which
-# imports the rest of this package) already loaded.
-_FORKSERVER_PRELOAD = ["conformance.multirank.rank"]
-
-
 def cuda_devices_needed(world_size: int) -> str | None:
     """None when every rank can have its own GPU, else the reason to skip."""
     if not torch.cuda.is_available():
@@ -254,7 +249,7 @@ def launch(
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     # The parent hosts the store and releases it only once every rank exited (processes.py).
-    with RankProcesses(world_size, store_timeout_s=collective_timeout_s, preload=[*_FORKSERVER_PRELOAD, *preload]) as ranks:
+    with RankProcesses(world_size, store_timeout_s=collective_timeout_s, preload=preload) as ranks:
         plan = Launch(adapter, world_size, device, tuple(scenarios), str(workdir), ranks.port, collective_timeout_s, wait_timeout_s)
         procs = ranks.start(_rank_main, lambda rank: (plan, rank))
         hang = _supervise(procs, workdir, hang_timeout_s, total_timeout_s, startup_timeout_s)

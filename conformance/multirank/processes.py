@@ -40,8 +40,9 @@ from typing import Any, Callable, Sequence
 from spec.errors import ConfigError
 
 STORE_HOST = "127.0.0.1"
-# Imported once in the forkserver: every rank forked from it finds them loaded.
-PRELOAD = ("torch", "torch.distributed")
+# Imported once in the forkserver: every rank forked from it finds them loaded. The
+# harness's rank side too: the first launch of a process fixes the list, whoever makes it.
+PRELOAD = ("torch", "torch.distributed", "conformance.multirank.rank")
 
 
 class RankFailure(AssertionError):
