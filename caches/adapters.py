@@ -129,7 +129,7 @@ class BuiltinAdapter:
         """What every rank process imports anyway: the harness imports it once, in the process ranks fork from."""
         from caches.registry import CACHE_CLASSES
 
-        own = CACHE_CLASSES.get(self.name)  # a variant's class lives elsewhere: the shared core still is most of it
+        own = CACHE_CLASSES.get(getattr(self, "cache", "") or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
         return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
 
     def configure(self, fields: Mapping[str, Any]) -> None:
