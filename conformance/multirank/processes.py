@@ -66,6 +66,14 @@ def host_store(timeout_s: float) -> Any:
     return dist.TCPStore(STORE_HOST, 0, None, True, datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
 
 
+def _import_then_run(modules: Sequence[str], target: Callable[..., None], *args: Any) -> None:
+    """In the rank: what the forkserver did not preload (another launch started it first, with its own list) is imported here,
+    before the target runs, so that the cost counts as the rank's start-up and not as a step it hangs in."""
+    for name in modules:
+        importlib.import_module(name)
+    target(*args)
+
+
 class RankProcesses:
     """world_size rank processes and the store they meet at; `with` tears them down in order.
 
@@ -95,7 +103,9 @@ class RankProcesses:
     def start(self, target: Callable[..., None], args_for: Callable[[int], tuple]) -> list[Any]:
         """Start target(*args_for(rank)) in each rank process, named rank<r>."""
         ctx = process_context(self.preload)
-        self.procs = [ctx.Process(target=target, args=args_for(rank), name=f"rank{rank}", daemon=True) for rank in range(self.world_size)]
+        wanted = tuple(dict.fromkeys([*PRELOAD, *self.preload]))
+        self.procs = [ctx.Process(target=_import_then_run, args=(wanted, target, *args_for(rank)), name=f"rank{rank}", daemon=True)
+                      for rank in range(self.world_size)]
         for proc in self.procs:
             proc.start()
         return self.procs
