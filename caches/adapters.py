@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
+if TYPE_CHECKING:  # importing this module stays light: a harness process that only lists adapters never loads torch
+    import torch
 
-from caches.config import CacheConfig
-from caches.core.cache_base import HierarchicalCache
-from caches.registry import cache_class
-from spec.decision import DecisionState
+    from caches.config import CacheConfig
+    from caches.core.cache_base import HierarchicalCache
+    from spec.decision import DecisionState
 
 # Small elements keep the suite fast; shapes and dtypes still differ per pool.
 KV_ELEM = (2, 4)
@@ -33,6 +33,8 @@ class LoadedPrefix:
 
 
 def config_for(env: Any) -> CacheConfig:
+    from caches.config import CacheConfig
+
     t = env.termination
     return CacheConfig(
         page_size=t.page_size,
@@ -131,13 +133,25 @@ class BuiltinAdapter:
     capabilities: frozenset[str]
     cache: str = ""
 
+    @property
+    def preload_modules(self) -> tuple[str, ...]:
+        """What every rank process imports anyway: the harness imports it once, in the process ranks fork from."""
+        from caches.registry import CACHE_CLASSES
+
+        own = CACHE_CLASSES.get(getattr(self, "cache", "") or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
+        return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
+
     def configure(self, fields: Mapping[str, Any]) -> None:
         """Validate spec-named termination fields through this cache's own config."""
+        from caches.config import CacheConfig
+
         names = {"policy": "prefetch_policy"}
         mapped = {names.get(k, k): v for k, v in fields.items()}
         CacheConfig.from_mapping({"storage_backend": "memory", **mapped})
 
     def create(self, env: Any) -> CacheSession:
+        from caches.registry import cache_class
+
         cls = cache_class(self.cache or self.name)
         groups = getattr(env, "process_groups", None)
         if groups is not None:  # several vote groups (spec/groups.py): the cache creates and reduces over them

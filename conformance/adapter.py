@@ -19,15 +19,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from spec.clock import Clock
 from spec.config import TerminationConfig
 from spec.decision import DecisionState
 from spec.fence import HitPolicy
 from spec.trace import TraceRecorder
+
+if TYPE_CHECKING:  # the pytest plugin imports this in every process, the xdist controller included: no torch there
+    import torch
 
 ENTRY_POINT_GROUP = "hicache_conformance.adapters"
 
@@ -173,6 +174,18 @@ class CacheAdapter(Protocol):
 # one line per unexpected exception its background threads hit (a bug, as
 # opposed to a storage fault, which is a failed transfer). make_cache's
 # teardown fails the test when it lists any.
+
+# Optional on an adapter:
+#   io_order: str
+# the order the implementation's IO thread loads a prefetch in, one of
+# conformance.schedule_model.IO_ORDERS ("kv_then_extras", the default, or
+# "extras_with_each_batch"); the exploration's expected schedule counts follow
+# it, and tests that drive IO in another order skip (ADAPTERS.md, "IO order").
+
+# Optional on an adapter:
+#   preload_modules: Sequence[str]
+# modules every rank process of a multi-rank test would import (the cache's
+# own); imported once in the process the ranks fork from.
 
 # Optional on an adapter (tests needing it skip with a reason when absent):
 #   configure(fields: Mapping[str, Any]) -> None

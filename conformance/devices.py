@@ -133,6 +133,33 @@ def device_params(distributed: bool, gpu_count: int) -> list[DeviceParam]:
     return params
 
 
+def pytest_params(params: list[DeviceParam] | None = None) -> list:
+    """Device params as pytest params, ids as the suite's: GPU ones marked gpu, and skipped with the reason where none is visible.
+
+    params: the suite's own (Harness.device_params); by default this
+    process's (one "cuda" under xdist, so every worker collects the same
+    items). A test then builds on devices.torch_device(id).
+    """
+    import pytest
+
+    if params is None:
+        params = device_params("PYTEST_XDIST_WORKER" in os.environ, visible_gpu_count())
+    out = []
+    for param in params:
+        marks = [pytest.mark.gpu] if param.is_gpu else []
+        if param.skip_reason:
+            marks.append(pytest.mark.skip(reason=param.skip_reason))
+        out.append(pytest.param(param.id, id=param.id, marks=marks))
+    return out
+
+
+def needs_gpu(test):
+    """Decorates a test that needs a GPU and takes no device param: marked gpu, skipped with the reason where none is visible."""
+    import pytest
+
+    return pytest.mark.gpu(pytest.mark.skipif(visible_gpu_count() == 0, reason=no_gpu_reason())(test))
+
+
 def torch_device(param_id: str) -> str:
     """The torch device string for a device param ('cuda' is the worker's pinned GPU)."""
     return "cuda:0" if param_id == CUDA else param_id

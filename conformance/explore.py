@@ -34,11 +34,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from conformance.gates import Gate, GateTimeout, Hold
+from conformance.schedule_model import DEFAULT_IO_ORDER, ScheduleModel, expected_schedules  # noqa: F401 (re-exported)
 from conformance.scenarios import assert_accounting_exact, assert_loaded_bytes, request_data, request_tokens, store, trailing_pools
 from spec.clock import ManualClock
 from spec.config import Policy, TerminationConfig
@@ -185,15 +185,22 @@ def explore(
     storage_dir: Path | None = None,
     max_schedules: int = 5000,
     timeout_s: float = 20.0,
+    root: Sequence[str] = (),
+    io_order: str = DEFAULT_IO_ORDER,
 ) -> Exploration:
-    """Run every schedule of `scenario`, depth first, each on a fresh cache from make_cache.
+    """Run every schedule of `scenario` that begins with `root`, depth first, each on a fresh cache from make_cache.
 
-    Raises ExplorationError at the first schedule that fails, naming it and how
-    to replay it; NondeterminismError when a prefix does not reproduce.
+    root: a schedule prefix (schedule_model.suite_roots) whose subtree alone is
+    explored; on the way to it the cache must offer exactly the actions the
+    spec's model (with the declared io_order) offers, or the subtrees would not
+    add up to the whole. Raises ExplorationError at the first schedule that
+    fails, naming it and how to replay it; NondeterminismError when a prefix
+    does not reproduce.
     """
     result = Exploration(scenario)
     began = time.perf_counter()
-    prefix: tuple[str, ...] = ()
+    root = parse_schedule(tuple(root))
+    prefix: tuple[str, ...] = root
     parent_enabled: tuple[tuple[str, ...], ...] = ()
     while True:
         if result.count >= max_schedules:
@@ -213,18 +220,32 @@ def explore(
                 f"replay: explore.replay(make_cache, explore.SCENARIOS[{scenario.name!r}], {text!r})",
                 scenario=scenario, schedule=text, explored=result.count,
             ) from exc
+        if not result.schedules and root:
+            _check_root(scenario, root, run, io_order)
         result.schedules.append(run.text)
         result.extra_pools = run.extra_pools
-        backtrack = _next_prefix(run)
+        backtrack = _next_prefix(run, floor=len(root))
         if backtrack is None:
             result.elapsed_s = time.perf_counter() - began
             return result
         prefix, parent_enabled = backtrack
 
 
-def _next_prefix(run: RunResult) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
-    """The deepest position with an untried alternative: the schedule up to it plus that alternative."""
-    for index in range(len(run.schedule) - 1, -1, -1):
+def _check_root(scenario: Scenario, root: tuple[str, ...], run: RunResult, io_order: str) -> None:
+    walked = ScheduleModel(scenario, run.extra_pools, io_order).walk(root)
+    want = None if walked is None else tuple(walked[0])
+    if run.enabled[: len(root)] != want:
+        raise ExplorationError(
+            f"scenario {scenario.name}: on the way to '{format_schedule(root)}' the cache offered the actions "
+            f"{list(run.enabled[: len(root)])}; the spec's model ({run.extra_pools} extra pools, IO order {io_order!r}) "
+            f"offers {list(want) if want else 'no such schedule'} (an IO started after terminate, or an IO order other than the declared one)",
+            scenario=scenario, schedule=format_schedule(root), explored=0,
+        )
+
+
+def _next_prefix(run: RunResult, floor: int = 0) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+    """The deepest position (at or below `floor`) with an untried alternative: the schedule up to it plus that alternative."""
+    for index in range(len(run.schedule) - 1, floor - 1, -1):
         options = run.enabled[index]
         position = options.index(run.schedule[index])
         if position + 1 < len(options):
@@ -248,50 +269,6 @@ def replay(
     """
     expected = tuple(tuple(options) for options in enabled)
     return _Run(make_cache, scenario, storage_dir, timeout_s).execute(parse_schedule(schedule), expected)
-
-
-# --- what the spec predicts -------------------------------------------------------------
-
-def expected_schedules(scenario: Scenario, extra_pools: int) -> int:
-    """How many schedules a spec-conforming implementation yields for `scenario`.
-
-    Computed on the spec's state machine, not on an implementation: the IO
-    thread stops at each KV batch and once at every extra pool's transfer,
-    which start only after KV completed (one multi-pool get: once begun, every
-    pool in it reaches its gate). Terminate (a check that terminates, or an
-    abort) lets the parked KV batch end and starts nothing more (F1). A check
-    terminates under best_effort always (D1), otherwise when every step ended
-    (D2-D4), or under timeout after a tick (D5). A count that differs means an
-    IO started after terminate, a transfer without a gate point, or a vote
-    other than the spec's.
-    """
-    kv = scenario.kv_batches
-    total = kv + extra_pools
-    policy = Policy.parse(scenario.policy)
-
-    def stop(released: int, limit: int) -> int:
-        parked_on_kv = released < limit and released < kv
-        return released + 1 if parked_on_kv else limit
-
-    @lru_cache(maxsize=None)
-    def count(released: int, limit: int, finished: bool, after_check: bool, ticks: int, aborts: int) -> int:
-        leaves = 0
-        if released < limit:
-            leaves += count(released + 1, limit, finished, False, ticks, aborts)
-        if not finished:
-            if not after_check:
-                terminates = policy is Policy.BEST_EFFORT or released == total or (policy is Policy.TIMEOUT and ticks > 0)
-                if terminates:
-                    leaves += count(released, stop(released, limit), True, True, ticks, aborts)
-                else:
-                    leaves += count(released, limit, False, True, ticks, aborts)
-            if ticks < scenario.ticks:
-                leaves += count(released, limit, False, False, ticks + 1, aborts)
-            if aborts < scenario.aborts:
-                leaves += count(released, stop(released, limit), True, False, ticks, aborts + 1)
-        return leaves or 1
-
-    return count(0, total, False, False, 0, 0)
 
 
 # --- one run -------------------------------------------------------------------------------

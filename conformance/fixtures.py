@@ -28,8 +28,10 @@ from conformance.adapter import CacheEnv
 from conformance.capabilities import require
 from conformance.failures import PROP_FAILED, failure_properties
 from conformance.gates import Gate
+from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report import PROP_DEVICE_NOT_RUN
+from conformance.schedule_model import adapter_io_order, check_io_order
 from spec.clauses import CATALOGUE
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
@@ -37,7 +39,7 @@ from spec.trace import TraceRecorder
 
 __all__ = [
     "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
-    "device", "require_fixture", "clock", "trace", "gate", "make_cache",
+    "device", "io_order_the_test_drives", "require_fixture", "clock", "trace", "gate", "make_cache",
 ]
 
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
@@ -46,6 +48,8 @@ _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
     config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
+    config.addinivalue_line("markers", "io_order(order, why): the test drives IO in that order (schedule_model.IO_ORDERS); "
+                                       "an adapter declaring another skips it, saying so")
     if not any(line.startswith("gpu:") for line in config.getini("markers")):
         config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where none is visible")
 
@@ -89,13 +93,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     harness = harness_of(metafunc.config)
     metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
     if "device" in metafunc.fixturenames:
-        params = []
-        for param in harness.device_params():
-            marks = [pytest.mark.gpu] if param.is_gpu else []
-            if param.skip_reason:
-                marks.append(pytest.mark.skip(reason=param.skip_reason))
-            params.append(pytest.param(param.id, id=param.id, marks=marks))
-        metafunc.parametrize("device", params, indirect=True)
+        metafunc.parametrize("device", devices.pytest_params(harness.device_params()), indirect=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -116,6 +114,20 @@ def device(request: pytest.FixtureRequest) -> str:
         request.node.user_properties.append((PROP_DEVICE_NOT_RUN, reason))
         pytest.skip(reason)
     return devices.torch_device(param)
+
+
+@pytest.fixture(autouse=True)
+def io_order_the_test_drives(request: pytest.FixtureRequest) -> None:
+    """A test marked io_order(order, why) skips for an adapter that declares another IO order (ADAPTERS.md)."""
+    marker = request.node.get_closest_marker("io_order")
+    callspec = getattr(request.node, "callspec", None)
+    impl = callspec.params.get("impl") if callspec is not None else None
+    if marker is None or impl is None:
+        return
+    order, why = check_io_order(marker.args[0], "io_order marker"), marker.args[1]
+    declared = adapter_io_order(impl)
+    if declared != order:
+        pytest.skip(f"drives the IO in the order {order!r} ({why}); adapter {impl.name!r} declares io_order {declared!r}")
 
 
 @pytest.fixture(name="require")
@@ -167,13 +179,4 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
         return session
 
     yield make
-    gate.release_all()  # a parked thread would keep close() from finishing
-    leftovers, background = [], []
-    for session in sessions:
-        session.close()
-        leftovers += [t.name for t in session.threads() if t.is_alive()]
-        report = getattr(session, "background_errors", None)  # optional member of the protocol
-        if callable(report):
-            background += [str(error) for error in report()]
-    assert not leftovers, f"threads still running after close(): {leftovers}"
-    assert not background, f"unexpected exceptions on background threads (bugs, not storage faults): {background}"
+    close_and_check(sessions, gates=[gate])

@@ -2,7 +2,7 @@
 
 Built by the plugin (conformance/plugin.py) at configure time, once per
 process (each xdist worker builds its own; nothing is shared). Loading an
-adapter imports the implementation (and torch), which is why nothing here is
+adapter imports the implementation (and torch, unless its module defers it), which is why nothing here is
 imported until a session runs the suite.
 """
 

@@ -8,6 +8,7 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
 
 from conformance.adapter import CHECKOUT_ENTRY_POINT_GROUP, ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter
+from conformance.schedule_model import DEFAULT_IO_ORDER, check_io_order
 from spec.errors import ConfigError
 
 
@@ -32,6 +33,7 @@ def check_adapter(adapter: Any, origin: str) -> CacheAdapter:
     unknown = set(adapter.capabilities) - set(CAPABILITIES)
     if unknown:
         raise ConfigError(f"{origin} capabilities", sorted(unknown), "capabilities among " + ", ".join(sorted(CAPABILITIES)))
+    check_io_order(getattr(adapter, "io_order", DEFAULT_IO_ORDER), f"{origin} io_order")
     return adapter
 
 

@@ -10,6 +10,9 @@ PATH.md and PATH.html with --conformance-report PATH, and prints the matrix.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,8 +54,14 @@ class MatrixRecorder:
         self.worker_matched: set[str] = set()
         self.data: dict | None = None
         self.written: tuple[Path, ...] = ()
+        self._warming = False
 
     def pytest_runtest_logreport(self, report: Any) -> None:
+        if self.config is not None and "torch" not in sys.modules and not self._warming:
+            # The xdist controller never needs torch until the report names the machine's devices:
+            # imported now, while the workers run tests, not after the last one.
+            self._warming = True
+            threading.Thread(target=importlib.import_module, args=("torch",), name="conformance-import-torch", daemon=True).start()
         props = read_properties(report.user_properties)
         if props is None:
             return

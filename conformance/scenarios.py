@@ -7,7 +7,7 @@ compared with it, never with anything the implementation under test reports.
 from __future__ import annotations
 
 import random
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -23,15 +23,33 @@ def request_tokens(seed: int, count: int, *, vocab: int = 50_000) -> list[int]:
     return [rng.randrange(vocab) for _ in range(count)]
 
 
+def random_rows(rows: int, elem_shape: Sequence[int], dtype: torch.dtype, seed: int | torch.Generator) -> torch.Tensor:
+    """rows x elem_shape of `dtype` holding random bytes: any bit pattern (NaNs included), so only bytes compare."""
+    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+    raw = torch.randint(0, 256, (rows, *elem_shape, dtype.itemsize), dtype=torch.uint8, generator=g)
+    return raw.view(dtype).reshape(rows, *elem_shape)
+
+
+def pool_data(pools: Iterable[Any], tokens: int, seed: int | torch.Generator, *, states: bool = True) -> dict[str, torch.Tensor]:
+    """random_rows for each pool (anything with name, unit, elem_shape, dtype): a row per token, one row per state pool.
+
+    states=False leaves the state pools out. One generator serves every pool in order.
+    """
+    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+    return {
+        pool.name: random_rows(1 if pool.unit == "state" else tokens, pool.elem_shape, pool.dtype, g)
+        for pool in pools if states or pool.unit != "state"
+    }
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape and the same bytes (NaN patterns included), on any device."""
+    return a.shape == b.shape and torch.equal(a.detach().cpu().contiguous().view(torch.uint8), b.detach().cpu().contiguous().view(torch.uint8))
+
+
 def request_data(cache, tokens: Sequence[int], seed: int) -> dict[str, torch.Tensor]:
     """Random bytes for every pool of `cache` (token pools: a row per token; state pools: one row)."""
-    g = torch.Generator().manual_seed(seed)
-    data = {}
-    for name, pool in cache.pools.items():
-        rows = 1 if pool.unit == "state" else len(tokens)
-        raw = torch.randint(0, 256, (rows, *pool.elem_shape, pool.dtype.itemsize), dtype=torch.uint8, generator=g)
-        data[name] = raw.view(pool.dtype).reshape(rows, *pool.elem_shape)
-    return data
+    return pool_data(cache.pools.values(), len(tokens), seed)
 
 
 def trailing_pools(cache) -> list[str]:

@@ -4,15 +4,19 @@ Each scenario is one small prefetch (2 or 3 KV batches plus the adapter's
 default extra pools) under one policy, with or without a timeout tick and an
 abort. Every schedule runs on a fresh cache and must satisfy the spec's
 invariants, load only stored bytes and leave exact slot accounting; the
-number of schedules must equal what the spec's state machine predicts. A
-failure names the schedule and the explore.replay(...) call reproducing it.
+number of schedules must equal what the spec's state machine predicts
+(conformance/schedule_model.py, for the adapter's declared IO order). Each
+scenario runs as several items, one per subtree of schedules sharing their
+first actions, so that xdist spreads it; the counts add up to the scenario's.
+A failure names the schedule and the explore.replay(...) call reproducing it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from conformance.explore import SCENARIOS, Scenario, expected_schedules, explore
+from conformance.explore import SCENARIOS, Scenario, explore, format_schedule
+from conformance.schedule_model import adapter_io_order, expected_schedules, suite_roots
 from conformance.report import INTERLEAVINGS_KEY
 
 # Checked on every schedule: invariants (S1-S3, S5, F3), bytes (S5), accounting (F8),
@@ -25,18 +29,24 @@ POLICY_CLAUSES = {
 }
 
 
-def _param(scenario: Scenario):
-    return pytest.param(scenario, id=scenario.name, marks=pytest.mark.clause(*COMMON_CLAUSES, *POLICY_CLAUSES[scenario.policy]))
+def _params():
+    # One item per subtree (schedule_model.suite_roots), so that xdist spreads a scenario over its workers.
+    for scenario in SCENARIOS.values():
+        marks = pytest.mark.clause(*COMMON_CLAUSES, *POLICY_CLAUSES[scenario.policy])
+        for root in suite_roots(scenario):
+            yield pytest.param(scenario, root, id=f"{scenario.name}/{format_schedule(root)}", marks=marks)
 
 
-@pytest.mark.parametrize("scenario", [_param(s) for s in SCENARIOS.values()])
-def test_every_interleaving(impl, make_cache, scenario: Scenario, tmp_path, request):
-    result = explore(make_cache, scenario, storage_dir=tmp_path / "explored")
-    # The matrix summary prints one line of counts per implementation (and the JSON report carries them).
+@pytest.mark.parametrize("scenario,root", list(_params()))
+def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[str, ...], tmp_path, request):
+    io_order = adapter_io_order(impl)
+    result = explore(make_cache, scenario, storage_dir=tmp_path / "explored", root=root, io_order=io_order)
+    # The matrix summary prints one line of counts per implementation, summed over the subtrees (and the JSON report carries them).
     request.node.user_properties.append((INTERLEAVINGS_KEY, result.count))
-    want = expected_schedules(scenario, result.extra_pools)
+    want = expected_schedules(scenario, result.extra_pools, io_order, root)
     assert result.count == want, (
-        f"explored {result.count} schedules; the spec's state machine with {scenario.kv_batches} KV batches and "
-        f"{result.extra_pools} extra pools yields {want} (an IO started after terminate, a transfer without a gate "
-        f"point, or a vote other than the spec's); schedules: {result.schedules[:10]}"
+        f"explored {result.count} schedules beginning '{format_schedule(root)}'; the spec's state machine with "
+        f"{scenario.kv_batches} KV batches, {result.extra_pools} extra pools and IO order {io_order!r} yields {want} "
+        f"(an IO started after terminate, a transfer without a gate point, an IO order other than the declared one, "
+        f"or a vote other than the spec's); schedules: {result.schedules[:10]}"
     )

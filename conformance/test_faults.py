@@ -208,6 +208,7 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
 
 # --- IO past the timeout ---------------------------------------------------------------------------
 
+@pytest.mark.io_order("kv_then_extras", "holds the second KV batch, then the extra-pool get after all of KV")
 @pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F4", "F5", "F10", "S1", "S3", "S5")
 @pytest.mark.parametrize("held", ["kv-batch-2", "extra-pool"])
 def test_io_past_the_timeout_is_excluded(rig, impl, held):

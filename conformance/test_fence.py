@@ -49,6 +49,7 @@ def held_transfer(cache, where: str):
 
 # --- F1: terminate stops IO ------------------------------------------------------------
 
+@pytest.mark.io_order("kv_then_extras", "holds a KV batch and expects it alone in flight")
 @pytest.mark.clause("F1", "F5", "S2", "S3")
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
 def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clock, policy):

@@ -98,6 +98,7 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
     )
 
 
+@pytest.mark.io_order("kv_then_extras", "holds the extra-pool get after all of KV")
 @pytest.mark.clause("L4", "F3", "F5")
 def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock):
     config = TerminationConfig(policy="wait_complete", page_size=PS)
@@ -113,6 +114,7 @@ def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make
     close_and_check(cache, trace, config)
 
 
+@pytest.mark.io_order("kv_then_extras", "holds a KV batch with nothing else in flight")
 @pytest.mark.clause("L4", "F3", "F5")
 def test_a_kv_batch_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock):
     config = TerminationConfig(policy="wait_complete", page_size=PS)

@@ -50,7 +50,7 @@ def run_ranks(impl, device, tmp_path, request, require):
             if reason:
                 pytest.skip(reason)
         return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
-                           hang_timeout_s=5.0, preload=[type(impl).__module__], **checks)
+                           hang_timeout_s=5.0, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
 
     return run
 
@@ -66,6 +66,7 @@ def has_all_pages_extra(outcome) -> bool:
 WORLDS = [pytest.param(2, id="2ranks"), pytest.param(4, id="4ranks")]
 
 
+@pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
 @pytest.mark.clause("X1", "X2", "L1", "L3", "S4", "S5")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
@@ -76,6 +77,7 @@ def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
     assert outcome.finished_at("r1") == {rank: (last, FULL) for rank in range(world_size)}
 
 
+@pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
 @pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F5")
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
@@ -93,6 +95,7 @@ def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
         assert want == 0
 
 
+@pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
 @pytest.mark.clause("D3", "X3", "X1", "F3", "F4", "S1", "S4")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
@@ -160,6 +163,7 @@ def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size):
     assert outcome.finished_at("r1") == {rank: ("cache 0 check 1", 0) for rank in range(world_size)}
 
 
+@pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
 @pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
 @pytest.mark.parametrize("policy", ["timeout", "wait_complete", "best_effort"])
 def test_cross_rank_orders_around_the_vote(run_ranks, policy):

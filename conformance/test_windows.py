@@ -148,6 +148,7 @@ def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, c
 
 # --- W3: a partial prefetch with an ALL_PAGES pool ------------------------------------
 
+@pytest.mark.io_order("kv_then_extras", "holds a KV batch and expects the ALL_PAGES pool to wait for all of KV")
 @pytest.mark.clause("F3", "F4", "F5", "S1", "S5")
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
 def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, trace, gate, clock, policy):

@@ -74,6 +74,7 @@ class HierarchicalCache:
     operation_class: ClassVar[type[PrefetchOperation]] = PrefetchOperation
     # Which of several process groups the collectives run on (spec/groups.py, X2): upstream's attention rule.
     vote_group_rule: ClassVar[str] = ATTENTION_RULE
+    controller_class: ClassVar[type[StorageController]] = StorageController
 
     def __init__(
         self,
@@ -130,7 +131,7 @@ class HierarchicalCache:
         # The threads that move pages to and from storage.
         self.stats = CacheStats()
         acks = BackupAcks(self.reducer)
-        self.controller = StorageController(
+        self.controller = self.controller_class(
             name=f"{self.name}-r{self.rank}", storage=self.storage, host_pools=self.host_pools, page_size=self.page_size,
             trace=self.trace, hit_reducer=hit_reducer, batch_pages=config.storage_batch_pages,
             threshold_pages=config.prefetch_threshold_pages, on_backup_done=acks.arrived,

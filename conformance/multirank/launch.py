@@ -4,9 +4,9 @@ The parent (a pytest worker) hosts a TCP store on 127.0.0.1 at a port the OS
 picks at run time, starts world_size processes and waits for them within a
 bound; each rank writes its traces and observations to a file read here.
 
-Processes come from a forkserver: a fresh server process imports torch once,
-and every rank is forked from it (as safe as spawn, CUDA included, since the
-server never touches CUDA; a launch then costs about 0.1 s instead of seconds).
+Processes, the store and their teardown order come from processes.py (a
+forkserver that imports torch once, every rank forked from it: as safe as
+spawn, CUDA included, and a launch costs about 0.1 s instead of seconds).
 
 Hangs: every rank runs a heartbeat thread that writes its current scenario
 step and last trace event to a small file. When no live rank's heartbeat
@@ -17,9 +17,7 @@ changed for hang_timeout_s, the parent kills every rank and reports
 
 from __future__ import annotations
 
-import datetime
 import json
-import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
@@ -35,6 +33,7 @@ from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
 from conformance.loader import load_factory
 from conformance.multirank.checks import same_usable_prefix_problems, scenario_problems
 from conformance.multirank.decisions import DecisionDeviation
+from conformance.multirank.processes import RankProcesses
 from conformance.multirank.scenarios import SCENARIOS
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -209,21 +208,6 @@ class LaunchResult:
 
 # --- the parent ---------------------------------------------------------------------
 
-# Imported once in the forkserver, so that forked ranks find torch and the rank side
-# (which imports the rest of this package) already loaded.
-_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "conformance.multirank.rank"]
-
-
-def _process_context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" not in methods:
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    # Effective only before the server starts (the first launch of this process).
-    ctx.set_forkserver_preload([*_FORKSERVER_PRELOAD, *preload])
-    return ctx
-
-
 def cuda_devices_needed(world_size: int) -> str | None:
     """None when every rank can have its own GPU, else the reason to skip."""
     if not torch.cuda.is_available():
@@ -255,8 +239,6 @@ def launch(
     A scenario that fails on some rank is not raised here: its outcome carries
     the rank's error (see scenario_problems), and the ranks skip the rest.
     """
-    import torch.distributed as dist
-
     # The rank side imports this module: imported here, so that the import graph has no cycle.
     from conformance.multirank.rank import _rank_main
 
@@ -267,23 +249,11 @@ def launch(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # The parent hosts the store on a port the OS picks: no race for a "free" port.
-    store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=collective_timeout_s), wait_for_workers=False)
-    plan = Launch(adapter, world_size, device, tuple(scenarios), str(workdir), store.port, collective_timeout_s, wait_timeout_s)
-    ctx = _process_context(preload)
-    procs = [ctx.Process(target=_rank_main, args=(plan, rank), name=f"rank{rank}", daemon=True) for rank in range(world_size)]
-    try:
-        for proc in procs:
-            proc.start()
+    # The parent hosts the store and releases it only once every rank exited (processes.py).
+    with RankProcesses(world_size, store_timeout_s=collective_timeout_s, preload=preload) as ranks:
+        plan = Launch(adapter, world_size, device, tuple(scenarios), str(workdir), ranks.port, collective_timeout_s, wait_timeout_s)
+        procs = ranks.start(_rank_main, lambda rank: (plan, rank))
         hang = _supervise(procs, workdir, hang_timeout_s, total_timeout_s, startup_timeout_s)
-    finally:
-        for proc in procs:
-            if proc.pid is None:
-                continue  # never started
-            if proc.is_alive():
-                proc.kill()
-            proc.join(10)
-        del store
     results = [_read_results(workdir, rank) for rank in range(world_size)]
     fatal = [f"rank {rank}: {res['fatal']}" for rank, res in enumerate(results) if res["fatal"]]
     crashed = [f"rank {rank} exited with code {p.exitcode}" for rank, p in enumerate(procs) if p.exitcode not in (0, None) and not results[rank]["fatal"]]

@@ -12,7 +12,9 @@ moves each rank's IO forward stage by stage (rank 0 fast, rank 1 slow, one
 rank's extra pool pending, ...) before each scheduler step, and can move it
 between a rank's vote and its terminate (window 2). Waits are bounded and
 driven by trace events, never by sleeps. The valve assumes the implementation's
-IO thread serves prefetches one at a time, in order (as the shared core does).
+IO thread serves prefetches one at a time, in order (as the shared core does),
+and the default IO order (KV, then the extra-pool transfer: ADAPTERS.md, "IO
+order"); the multi-rank tests say so with an io_order marker.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
+from conformance.scenarios import pool_data
 from spec.clock import ManualClock
 from spec.trace import BACKUP, LOAD, Event, EventKind, TraceRecorder
 
@@ -40,14 +41,10 @@ def rank_data(handle: CacheHandle, length: int, seed: int, *, prefix: Mapping[st
     prefix: data of a shorter request this one extends (its token rows are reused).
     """
     g = torch.Generator().manual_seed(seed * 1009 + handle.ctx.rank)
-    data = {}
+    data = pool_data(handle.cache.pools.values(), length, g)
     for name, pool in handle.cache.pools.items():
-        rows = 1 if pool.unit == "state" else length
-        raw = torch.randint(0, 256, (rows, *pool.elem_shape, pool.dtype.itemsize), dtype=torch.uint8, generator=g)
-        tensor = raw.view(pool.dtype).reshape(rows, *pool.elem_shape)
         if prefix is not None and pool.unit != "state":
-            tensor[: prefix[name].shape[0]] = prefix[name]
-        data[name] = tensor
+            data[name][: prefix[name].shape[0]] = prefix[name]
     return data
 
 

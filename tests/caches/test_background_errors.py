@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from caches import BackgroundError
-from caches.registry import build
 from conformance.gates import Gate
 from spec.clock import ManualClock
 from spec.trace import LOAD, EventKind, TraceRecorder
@@ -27,15 +26,6 @@ class HitBookkeepingBug(TraceRecorder):
         return super().record(kind, **fields)
 
 
-@pytest.fixture
-def built():
-    caches = []
-    yield caches
-    for cache in caches:
-        cache.close()
-    assert not [t.name for c in caches for t in c.threads() if t.is_alive()], "threads left after close()"
-
-
 def stored(cache, oracle, seed: int) -> list[int]:
     tokens = oracle.request(seed, 3)
     cache.write(tokens, oracle.data(cache, tokens))
@@ -45,9 +35,9 @@ def stored(cache, oracle, seed: int) -> list[int]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(built, tmp_path, config_for, oracle, name):
-    cache = build(name, config_for(name, tmp_path / "s"), trace=HitBookkeepingBug(ManualClock(0.0)), clock=ManualClock(0.0))
-    built.append(cache)
+def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(cache_factory, oracle, name):
+    cache = cache_factory.build(name, trace=HitBookkeepingBug(ManualClock(0.0)), clock=ManualClock(0.0))
+    cache_factory.expect_background_errors(cache)  # the planted bug, checked below
     tokens = stored(cache, oracle, 41)
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
     # The failed operation was ended: nothing waits forever. (Waited on directly:
@@ -65,11 +55,10 @@ def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(built
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_storage_fault_is_recorded_and_the_cache_carries_on(built, tmp_path, config_for, oracle, name):
+def test_a_storage_fault_is_recorded_and_the_cache_carries_on(cache_factory, oracle, name):
     trace = TraceRecorder(ManualClock(0.0))
     gate = Gate(trace)
-    cache = build(name, config_for(name, tmp_path / "s"), trace=trace, clock=ManualClock(0.0))
-    built.append(cache)
+    cache = cache_factory.build(name, trace=trace, clock=ManualClock(0.0))
     tokens = stored(cache, oracle, 42)
     gate.fail("storage raises", lambda e: e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD)
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)

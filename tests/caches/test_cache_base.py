@@ -10,7 +10,6 @@ held by the tree (no leak, no phantom).
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
 from caches.storage import pool_key
 from conformance.gates import Gate
+from conformance.multirank.processes import run_ranks
+from conformance.scenarios import pool_data, same_bytes
 from spec import check
 from spec.clock import ManualClock
 from spec.errors import ConfigError
@@ -40,12 +41,12 @@ class StateCache(HiRadixCache):
 
 
 class Rig:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, factory) -> None:
         self.tmp_path = tmp_path
+        self.factory = factory
         self.clock = ManualClock(1000.0)
         self.trace = TraceRecorder(self.clock)
-        self.gate = Gate(self.trace, timeout_s=WAIT_S)
-        self.caches: list[HiRadixCache] = []
+        self.gate = factory.release_before_closing(Gate(self.trace, timeout_s=WAIT_S))
 
     def config(self, **overrides) -> CacheConfig:
         fields = dict(
@@ -58,40 +59,16 @@ class Rig:
         return CacheConfig(**fields)
 
     def cache(self, cls=HiRadixCache, *, trace: TraceRecorder | None = None, **overrides) -> HiRadixCache:
-        cache = cls(self.config(**overrides), trace=trace or self.trace, clock=self.clock)
-        self.caches.append(cache)
-        return cache
+        return self.factory.adopt(cls(self.config(**overrides), trace=trace or self.trace, clock=self.clock))
 
 
 @pytest.fixture
-def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    r.gate.release_all()
-    for cache in r.caches:
-        cache.close()
-    alive = [t.name for c in r.caches for t in c.threads() if t.is_alive()]
-    r.gate.close()
-    assert not alive, f"threads still running after close(): {alive}"
+def rig(tmp_path, cache_factory):
+    return Rig(tmp_path, cache_factory)
 
 
 def tokens_of(seed: int, pages: int) -> list[int]:
     return [seed * 10_000 + i for i in range(pages * PS)]
-
-
-def data_for(cache, count: int, seed: int) -> dict[str, torch.Tensor]:
-    """Random bytes (any bit pattern) for every pool: a row per token, one row per state."""
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for spec in cache.specs:
-        rows = count if spec.unit == "token" else 1
-        raw = torch.randint(0, 256, (rows, math.prod(spec.elem_shape) * spec.dtype.itemsize), dtype=torch.uint8, generator=g)
-        out[spec.name] = raw.view(spec.dtype).reshape(rows, *spec.elem_shape)
-    return out
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def assert_accounting(cache, *, settled: bool = True) -> None:
@@ -163,7 +140,7 @@ def nth(predicate, n: int):
 def test_write_through_backs_up_on_the_first_hit_to_host_and_storage(rig):
     cache = rig.cache(write_policy="write_through")
     tokens = tokens_of(1, 3)
-    data = data_for(cache, len(tokens), 1)
+    data = pool_data(cache.specs, len(tokens), 1)
     cache.write(tokens, data)
     node = cache.match_prefix(tokens).device_node
     assert "pending_write" in node.ext or node.host_value is not None
@@ -180,7 +157,7 @@ def test_write_through_backs_up_on_the_first_hit_to_host_and_storage(rig):
 def test_write_through_selective_waits_for_the_second_hit(rig):
     cache = rig.cache(write_policy="write_through_selective")
     tokens = tokens_of(2, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 2))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 2))
     cache.flush()
     node = cache.match_prefix(tokens).device_node  # this match is the second hit
     assert node.hit_count == 2
@@ -193,7 +170,7 @@ def test_write_through_selective_waits_for_the_second_hit(rig):
 def test_write_through_selective_does_not_back_up_after_one_hit(rig):
     cache = rig.cache(write_policy="write_through_selective")
     tokens = tokens_of(3, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 3))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 3))
     cache.flush()
     node = cache.tree.match_prefix(tokens).device_node  # the tree's match: no hit counted
     assert node.host_value is None and cache.storage.exists_prefix(node.hash_value) == 0
@@ -203,7 +180,7 @@ def test_write_through_selective_does_not_back_up_after_one_hit(rig):
 def test_write_back_backs_up_only_on_eviction_and_keeps_the_bytes(rig):
     cache = rig.cache(write_policy="write_back")
     tokens = tokens_of(4, 2)
-    data = data_for(cache, len(tokens), 4)
+    data = pool_data(cache.specs, len(tokens), 4)
     cache.match_prefix(tokens)
     cache.write(tokens, data)
     cache.match_prefix(tokens)
@@ -225,7 +202,7 @@ def test_write_back_backs_up_only_on_eviction_and_keeps_the_bytes(rig):
 def test_write_ignores_a_trailing_partial_page_and_frees_duplicate_slots(rig):
     cache = rig.cache()
     tokens = tokens_of(5, 2) + [7, 7]
-    data = data_for(cache, len(tokens), 5)
+    data = pool_data(cache.specs, len(tokens), 5)
     cache.write(tokens, data)
     assert cache.tree.device_tokens() == 2 * PS
     cache.write(tokens, data)  # the same prefix again: its new slots are duplicates
@@ -236,14 +213,14 @@ def test_write_ignores_a_trailing_partial_page_and_frees_duplicate_slots(rig):
 def test_write_rejects_data_of_the_wrong_shape_in_one_line(rig):
     cache = rig.cache()
     tokens = tokens_of(6, 1)
-    data = data_for(cache, len(tokens), 6)
+    data = pool_data(cache.specs, len(tokens), 6)
     data["indexer"] = torch.zeros(len(tokens), 4)
     with pytest.raises(ConfigError) as err:
         cache.write(tokens, data)
     message = str(err.value)
     assert "data['indexer']" in message and "(4, 4)" in message and "accepted" in message and "\n" not in message
     with pytest.raises(ConfigError, match="'mamba'"):
-        cache.write(tokens, {**data_for(cache, len(tokens), 6), "mamba": torch.zeros(1, 6)})
+        cache.write(tokens, {**pool_data(cache.specs, len(tokens), 6), "mamba": torch.zeros(1, 6)})
     assert_accounting(cache)
 
 
@@ -251,7 +228,7 @@ def test_write_raises_when_the_device_cannot_hold_it(rig):
     cache = rig.cache(device_pages=2)
     tokens = tokens_of(7, 3)
     with pytest.raises(CacheFullError, match="cannot hold 12 tokens"):
-        cache.write(tokens, data_for(cache, len(tokens), 7))
+        cache.write(tokens, pool_data(cache.specs, len(tokens), 7))
     assert_accounting(cache)
 
 
@@ -261,7 +238,7 @@ def test_write_raises_when_the_device_cannot_hold_it(rig):
 def test_match_reports_device_then_host_hits_page_aligned(rig):
     cache = rig.cache()
     tokens = tokens_of(8, 3)
-    cache.write(tokens, data_for(cache, len(tokens), 8))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 8))
     cache.flush()
     m = cache.match_prefix(tokens + [1, 2])  # a partial page never matches
     assert (m.device_hit_tokens, m.host_hit_tokens) == (12, 0)
@@ -277,8 +254,8 @@ def test_match_reports_device_then_host_hits_page_aligned(rig):
 def test_device_eviction_takes_the_least_recently_used_first(rig):
     cache = rig.cache()
     a, b = tokens_of(10, 2), tokens_of(11, 2)
-    cache.write(a, data_for(cache, len(a), 10))
-    cache.write(b, data_for(cache, len(b), 11))
+    cache.write(a, pool_data(cache.specs, len(a), 10))
+    cache.write(b, pool_data(cache.specs, len(b), 11))
     cache.flush()
     cache.match_prefix(a)  # a is now more recent than b
     assert cache.evict(PS) == 2 * PS  # a whole leaf goes
@@ -290,7 +267,7 @@ def test_device_eviction_takes_the_least_recently_used_first(rig):
 def test_device_eviction_deletes_a_node_without_backup(rig):
     cache = rig.cache(write_policy="write_through_selective")
     tokens = tokens_of(12, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 12))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 12))
     cache.flush()
     cache.evict(2 * PS)
     assert cache.tree.node_count() == 0
@@ -301,9 +278,9 @@ def test_device_eviction_deletes_a_node_without_backup(rig):
 def test_a_full_device_evicts_to_make_room_for_a_write(rig):
     cache = rig.cache(device_pages=4)
     a, b = tokens_of(13, 3), tokens_of(14, 3)
-    cache.write(a, data_for(cache, len(a), 13))
+    cache.write(a, pool_data(cache.specs, len(a), 13))
     cache.flush()
-    cache.write(b, data_for(cache, len(b), 14))
+    cache.write(b, pool_data(cache.specs, len(b), 14))
     assert cache.match_prefix(b).device_hit_tokens == 3 * PS
     m = cache.match_prefix(a)
     assert (m.device_hit_tokens, m.host_hit_tokens) == (0, 3 * PS)
@@ -313,7 +290,7 @@ def test_a_full_device_evicts_to_make_room_for_a_write(rig):
 def test_host_eviction_drops_host_copies_but_not_storage(rig):
     cache = rig.cache()
     tokens = tokens_of(15, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 15))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 15))
     cache.flush()
     assert cache.evict_host(2 * PS) == 0  # still on the device: not a host-eviction candidate
     cache.evict(2 * PS)
@@ -335,7 +312,7 @@ def page_hashes_of(tokens):
 def test_load_back_is_all_or_nothing_within_the_quota(rig):
     cache = rig.cache()
     tokens = tokens_of(16, 3)
-    data = data_for(cache, len(tokens), 16)
+    data = pool_data(cache.specs, len(tokens), 16)
     cache.write(tokens, data)
     cache.flush()
     cache.evict(3 * PS)
@@ -356,7 +333,7 @@ def test_load_back_is_all_or_nothing_within_the_quota(rig):
 def test_load_back_covers_every_host_node_of_the_path(rig):
     cache = rig.cache()
     tokens = tokens_of(17, 3)
-    data = data_for(cache, len(tokens), 17)
+    data = pool_data(cache.specs, len(tokens), 17)
     cache.write(tokens, data)
     cache.flush()
     cache.match_prefix(tokens[: 2 * PS])  # splits the node: two host nodes after eviction
@@ -371,7 +348,7 @@ def test_load_back_covers_every_host_node_of_the_path(rig):
 def test_load_back_refuses_a_part_shorter_than_the_minimum(rig):
     cache = rig.cache(load_back_min_tokens=3 * PS)
     tokens = tokens_of(18, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 18))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 18))
     cache.flush()
     cache.evict(2 * PS)
     assert cache.load_back(cache.match_prefix(tokens).host_node) is None
@@ -381,10 +358,10 @@ def test_load_back_refuses_a_part_shorter_than_the_minimum(rig):
 def test_load_back_that_does_not_fit_changes_nothing(rig):
     cache = rig.cache(device_pages=4)
     a, b = tokens_of(19, 2), tokens_of(20, 3)
-    cache.write(a, data_for(cache, len(a), 19))
+    cache.write(a, pool_data(cache.specs, len(a), 19))
     cache.flush()
     cache.evict(2 * PS)
-    cache.write(b, data_for(cache, len(b), 20))
+    cache.write(b, pool_data(cache.specs, len(b), 20))
     pinned = cache.match_prefix(b).device_node
     cache.tree.lock(pinned)  # a running request holds b: the device has 1 free page
     m = cache.match_prefix(a)
@@ -397,7 +374,7 @@ def test_load_back_that_does_not_fit_changes_nothing(rig):
 def test_a_failed_load_back_copy_never_serves_its_device_slots(rig):
     cache = rig.cache()
     tokens = tokens_of(21, 2)
-    cache.write(tokens, data_for(cache, len(tokens), 21))
+    cache.write(tokens, pool_data(cache.specs, len(tokens), 21))
     cache.flush()
     cache.evict(2 * PS)
     rig.gate.fail("copy error", io_start("kv", LOAD_BACK_COPY))
@@ -415,7 +392,7 @@ def test_a_failed_load_back_copy_never_serves_its_device_slots(rig):
 def test_prefetch_round_trip_commits_and_loads_the_stored_bytes(rig):
     cache = rig.cache()
     tokens = tokens_of(22, 5)
-    data = data_for(cache, len(tokens), 22)
+    data = pool_data(cache.specs, len(tokens), 22)
     store(cache, tokens, data)
     assert cache.prefetch_from_storage("r1", tokens) == 5 * PS
     assert cache.prefetch_tokens_occupied == 5 * PS
@@ -437,8 +414,8 @@ def test_prefetch_round_trip_commits_and_loads_the_stored_bytes(rig):
 def test_prefetch_only_requests_pages_beyond_the_backed_up_match(rig):
     cache = rig.cache()
     tokens = tokens_of(23, 4)
-    store(cache, tokens, data_for(cache, len(tokens), 23))
-    cache.write(tokens[: 2 * PS], data_for(cache, 2 * PS, 23))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 23))
+    cache.write(tokens[: 2 * PS], pool_data(cache.specs, 2 * PS, 23))
     cache.flush()
     assert cache.prefetch_from_storage("r1", tokens + [5]) == 2 * PS
     cache.wait_prefetch_io("r1")
@@ -450,8 +427,8 @@ def test_prefetch_only_requests_pages_beyond_the_backed_up_match(rig):
 def test_prefetch_shrinks_to_the_host_slots_left(rig):
     cache = rig.cache(host_pages=6)
     wanted, resident = tokens_of(24, 5), tokens_of(25, 4)
-    store(cache, wanted, data_for(cache, len(wanted), 24))
-    cache.write(resident, data_for(cache, len(resident), 25))
+    store(cache, wanted, pool_data(cache.specs, len(wanted), 24))
+    cache.write(resident, pool_data(cache.specs, len(resident), 25))
     cache.flush()  # 4 host pages held by a device-resident node: not evictable from host
     assert cache.slot_accounting()["host:kv"][1] == 2 * PS
     assert cache.prefetch_from_storage("r1", wanted) == 2 * PS
@@ -466,8 +443,8 @@ def test_prefetch_shrinks_to_the_host_slots_left(rig):
 def test_prefetch_evicts_host_only_nodes_to_make_room(rig):
     cache = rig.cache(host_pages=6)
     wanted, old = tokens_of(26, 5), tokens_of(27, 4)
-    store(cache, wanted, data_for(cache, len(wanted), 26))
-    cache.write(old, data_for(cache, len(old), 27))
+    store(cache, wanted, pool_data(cache.specs, len(wanted), 26))
+    cache.write(old, pool_data(cache.specs, len(old), 27))
     cache.flush()
     cache.evict(4 * PS)  # old is host-only now: evictable
     assert cache.prefetch_from_storage("r1", wanted) == 5 * PS
@@ -480,7 +457,7 @@ def test_prefetch_evicts_host_only_nodes_to_make_room(rig):
 def test_prefetch_below_threshold_or_capacity_queues_nothing(rig):
     cache = rig.cache(prefetch_threshold_pages=3, prefetch_capacity_tokens=4 * PS)
     tokens = tokens_of(28, 2)
-    store(cache, tokens, data_for(cache, len(tokens), 28))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 28))
     before = cache.slot_accounting()
     assert cache.prefetch_from_storage("r1", tokens) == 0
     assert cache.prefetch_from_storage("r2", tokens[:5]) == 0
@@ -497,7 +474,7 @@ def test_prefetch_below_threshold_or_capacity_queues_nothing(rig):
 def test_prefetch_request_ids_are_validated(rig):
     cache = rig.cache()
     tokens = tokens_of(31, 2)
-    store(cache, tokens, data_for(cache, len(tokens), 31))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 31))
     with pytest.raises(ConfigError, match="invalid request_id: ''"):
         cache.prefetch_from_storage("", tokens)
     hold = rig.gate.hold("kv batch", io_start("kv"))
@@ -522,9 +499,9 @@ def test_a_stored_page_of_the_wrong_size_is_a_miss_reported_in_faults(rig, tmp_p
     small = rig.cache(storage_path=str(tmp_path / "small"), storage_batch_pages=1)
     large = rig.cache(storage_path=str(tmp_path / "large"), kv_elem_shape=(2, 5), trace=TraceRecorder())
     tokens = tokens_of(32, 3)
-    data = data_for(small, len(tokens), 32)
+    data = pool_data(small.specs, len(tokens), 32)
     store(small, tokens, data)
-    store(large, tokens, data_for(large, len(tokens), 32))
+    store(large, tokens, pool_data(large.specs, len(tokens), 32))
     bad_key = page_hashes_of(tokens)[2]
     shutil.copyfile(large.storage.path_for(bad_key), small.storage.path_for(bad_key))
     assert small.prefetch_from_storage("r1", tokens) == 3 * PS
@@ -544,7 +521,7 @@ def test_abort_while_io_is_held_returns_every_slot_once_the_io_ends(rig):
     """F8, F5: the aborted op leaves the map at once; its in-flight slots go after their IO."""
     cache = rig.cache(storage_batch_pages=1)
     tokens = tokens_of(33, 3)
-    store(cache, tokens, data_for(cache, len(tokens), 33))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 33))
     hold = rig.gate.hold("first kv batch", io_start("kv"))
     assert cache.prefetch_from_storage("r1", tokens) == 3 * PS
     op = cache.ongoing_prefetch["r1"]
@@ -570,7 +547,7 @@ ALL_BUT_L1 = ["S1", "S2", "S3", "S4", "S5", "F3", "D", "X1", "X2", "L2", "L3"]
 def test_an_aborted_wait_complete_prefetch_satisfies_l1(rig):
     cache = rig.cache(storage_batch_pages=1)
     tokens = tokens_of(37, 2)
-    store(cache, tokens, data_for(cache, len(tokens), 37))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 37))
     hold = rig.gate.hold("first kv batch", io_start("kv"))
     cache.prefetch_from_storage("r1", tokens)
     op = cache.ongoing_prefetch["r1"]
@@ -589,7 +566,7 @@ def test_timeout_commits_only_finished_pages_and_frees_the_in_flight_batch_later
     and with an indexer (loaded only after all of KV) nothing is committable yet."""
     cache = rig.cache(prefetch_policy="timeout", storage_batch_pages=1, extra_pools=extra_pools)
     tokens = tokens_of(34, 3)
-    data = data_for(cache, len(tokens), 34)
+    data = pool_data(cache.specs, len(tokens), 34)
     store(cache, tokens, data)
     hold = rig.gate.hold("second kv batch", nth(io_start("kv"), 2))
     assert cache.prefetch_from_storage("r1", tokens) == 3 * PS
@@ -615,7 +592,7 @@ def test_best_effort_never_inserts_pages_whose_indexer_is_still_being_written(ri
     """Window 1: KV complete, indexer get held; the fence commits 0 pages."""
     cache = rig.cache(prefetch_policy="best_effort")
     tokens = tokens_of(35, 2)
-    store(cache, tokens, data_for(cache, len(tokens), 35))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 35))
     hold = rig.gate.hold("indexer get", io_start("indexer"))
     assert cache.prefetch_from_storage("r1", tokens) == 2 * PS
     op = cache.ongoing_prefetch["r1"]
@@ -633,7 +610,7 @@ def test_best_effort_never_inserts_pages_whose_indexer_is_still_being_written(ri
 def test_state_pool_round_trip_attaches_and_loads_the_trailing_state(rig):
     cache = rig.cache(StateCache, extra_pools=("indexer", "mamba"))
     tokens = tokens_of(36, 3)
-    data = data_for(cache, len(tokens), 36)
+    data = pool_data(cache.specs, len(tokens), 36)
     store(cache, tokens, data)
     assert cache.storage.exists_prefix([pool_key(page_hashes_of(tokens)[-1], "mamba")]) == 1
     assert cache.prefetch_from_storage("r1", tokens) == 3 * PS
@@ -655,7 +632,7 @@ def test_accounting_is_exact_after_every_operation_of_a_mixed_session(rig):
     cache = rig.cache(StateCache, extra_pools=("indexer", "mamba"), device_pages=6, host_pages=8)
     requests = [tokens_of(40 + i, 1 + i % 3) for i in range(6)]
     for i, tokens in enumerate(requests):
-        cache.write(tokens, data_for(cache, len(tokens), 40 + i))
+        cache.write(tokens, pool_data(cache.specs, len(tokens), 40 + i))
         assert_accounting(cache, settled=False)
         cache.match_prefix(tokens)
         assert_accounting(cache, settled=False)
@@ -688,7 +665,7 @@ def test_accounting_is_exact_after_every_operation_of_a_mixed_session(rig):
 def test_close_stops_every_thread_and_aborts_ongoing_prefetches(rig):
     cache = rig.cache()
     tokens = tokens_of(50, 2)
-    store(cache, tokens, data_for(cache, len(tokens), 50))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 50))
     threads = cache.threads()
     assert len(threads) == 4 and all(t.is_alive() for t in threads)  # prefetch, io, backup, copy stream
     cache.prefetch_from_storage("r1", tokens)
@@ -703,7 +680,7 @@ def test_close_stops_every_thread_and_aborts_ongoing_prefetches(rig):
 def test_close_names_a_thread_that_does_not_stop(rig):
     cache = rig.cache(wait_timeout_s=0.3, storage_batch_pages=1)
     tokens = tokens_of(51, 1)
-    store(cache, tokens, data_for(cache, len(tokens), 51))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 51))
     hold = rig.gate.hold("kv batch", io_start("kv"))
     cache.prefetch_from_storage("r1", tokens)
     hold.wait_reached()
@@ -712,6 +689,8 @@ def test_close_names_a_thread_that_does_not_stop(rig):
     hold.release()
     for thread in cache.threads():
         thread.join(WAIT_S)
+    # The storage closed under the held IO thread, which then fails on it: a consequence of the stuck close.
+    rig.factory.expect_background_errors(cache)
 
 
 @pytest.mark.parametrize(
@@ -748,7 +727,7 @@ def test_an_unwritable_storage_directory_fails_at_construction(rig, tmp_path):
     message = str(err.value)
     assert isinstance(err.value, ValueError) and "\n" not in message
     assert str(blocker) in message and "unusable" in message and err.value.field == "storage_path"
-    assert rig.caches == []
+    assert rig.factory.instances == []
 
 
 def test_an_unwritable_storage_directory_error_names_the_field(rig, tmp_path):
@@ -764,7 +743,7 @@ def test_an_unwritable_storage_directory_error_names_the_field(rig, tmp_path):
 def test_io_ending_between_drain_and_the_in_flight_check_leaks_no_slot(rig, monkeypatch):
     cache = rig.cache(extra_pools=(), prefetch_policy="best_effort", storage_batch_pages=1)
     tokens = tokens_of(60, 3)
-    store(cache, tokens, data_for(cache, len(tokens), 60))
+    store(cache, tokens, pool_data(cache.specs, len(tokens), 60))
     hold = rig.gate.hold("second kv batch", nth(io_start("kv"), 2))
     real_free = cache.prefetches._free_from_op
     ended: list[bool] = []
@@ -789,87 +768,51 @@ def test_io_ending_between_drain_and_the_in_flight_check_leaks_no_slot(rig, monk
     assert_accounting(cache)
 
 
-TWO_RANK_WORKER = '''
-import datetime, os, pickle, sys
-import torch
-import torch.distributed as dist
-from caches.config import CacheConfig
-from caches.hiradix import HiRadixCache
-from conformance.gates import Gate
-from spec.clock import ManualClock
-from spec.trace import LOAD, EventKind, TraceRecorder
+def commit_with_io_in_flight_on_one_rank(env, root: str) -> dict:
+    """One rank of the test below: rank 0's second KV batch is still in flight at the commit; rank 1 has loaded everything."""
+    trace = TraceRecorder(ManualClock(0.0), rank=env.rank)
+    gate = Gate(trace, timeout_s=20)
+    seen = [0]
 
-rank, port, root, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-timeout = datetime.timedelta(seconds=20)
-store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timeout)
-dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=timeout)
-trace = TraceRecorder(ManualClock(0.0), rank=rank)
-gate = Gate(trace, timeout_s=20)
-seen = [0]
+    def second_kv_batch(e):
+        if e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD:
+            seen[0] += 1
+            return seen[0] == 2
+        return False
 
-def second_kv_batch(e):
-    if e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD:
-        seen[0] += 1
-        return seen[0] == 2
-    return False
-
-config = CacheConfig(page_size=4, device_pages=8, host_pages=16, kv_elem_shape=(2, 2), prefetch_policy="best_effort",
-                     storage_batch_pages=1, storage_path=root, wait_timeout_s=20.0)
-cache = HiRadixCache(config, trace=trace, process_group=dist.group.WORLD)
-tokens = list(range(1, 13))
-cache.write(tokens, {"kv": torch.randn(12, 2, 2, generator=torch.Generator().manual_seed(rank))})
-cache.flush()
-cache.evict_all()
-# Rank 0's second KV batch is still in flight at the commit; rank 1 has loaded everything.
-hold = gate.hold("second kv batch", second_kv_batch) if rank == 0 else None
-cache.prefetch_from_storage("r1", tokens)
-op = cache.ongoing_prefetch["r1"]
-if hold is not None:
-    hold.wait_reached()
-else:
-    assert op.io_done.wait(20)
-committed = cache.check_prefetch_progress(["r1"])
-if hold is not None:
-    hold.release()
-    assert op.io_done.wait(20)
-error = None
-try:
-    cache.check_prefetch_progress([])  # the next step: both ranks must run the same collectives
-except Exception as exc:  # a peer that skipped the collective: gloo reports it once the peer is gone
-    error = f"{type(exc).__name__}: {exc}"
-with open(out, "wb") as f:
-    pickle.dump({"rank": rank, "committed": committed, "error": error, "trace": trace.trace()}, f)
-os._exit(0)  # no teardown collective: the ranks may already disagree
-'''
+    config = CacheConfig(page_size=4, device_pages=8, host_pages=16, kv_elem_shape=(2, 2), prefetch_policy="best_effort",
+                         storage_batch_pages=1, storage_path=root, wait_timeout_s=20.0)
+    cache = HiRadixCache(config, trace=trace, process_group=env.group)
+    try:
+        tokens = list(range(1, 13))
+        cache.write(tokens, {"kv": torch.randn(12, 2, 2, generator=torch.Generator().manual_seed(env.rank))})
+        cache.flush()
+        cache.evict_all()
+        hold = gate.hold("second kv batch", second_kv_batch) if env.rank == 0 else None
+        cache.prefetch_from_storage("r1", tokens)
+        op = cache.ongoing_prefetch["r1"]
+        if hold is not None:
+            hold.wait_reached()
+        else:
+            assert op.io_done.wait(20)
+        committed = cache.check_prefetch_progress(["r1"])
+        if hold is not None:
+            hold.release()
+            assert op.io_done.wait(20)
+        error = None
+        try:
+            cache.check_prefetch_progress([])  # the next step: both ranks must run the same collectives
+        except Exception as exc:  # a peer that skipped the collective: gloo reports it once the peer is gone
+            error = f"{type(exc).__name__}: {exc}"
+        return {"rank": env.rank, "committed": committed, "error": error, "trace": trace.trace()}
+    finally:
+        gate.close()
+        cache.close()
 
 
 @pytest.mark.slow
 def test_two_ranks_run_the_same_collectives_after_a_commit_with_io_in_flight_on_one(tmp_path):
-    import pickle
-    import socket
-    import subprocess
-    import sys
-
-    script = tmp_path / "two_rank_worker.py"
-    script.write_text(TWO_RANK_WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    outs = [tmp_path / f"rank{r}.pkl" for r in range(2)]
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), str(port), str(tmp_path / "store"), str(outs[r])],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r in range(2)
-    ]
-    try:
-        for proc in procs:
-            _, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, f"rank worker failed:\n{err[-3000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    results = [pickle.loads(out.read_bytes()) for out in outs]
+    results = run_ranks(f"{__file__}:commit_with_io_in_flight_on_one_rank", 2, args=(str(tmp_path / "store"),), workdir=tmp_path / "ranks")
     assert [r["committed"] for r in results] == [{"r1": PS}, {"r1": PS}]  # S4: the MIN of 1 and 3 pages
     violations = check([r["trace"] for r in results], None, clauses=["L3"])
     assert violations == [], "\n".join(str(v) for v in violations)

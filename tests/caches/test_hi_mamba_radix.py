@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from caches.config import CacheConfig
 from caches.core.hashing import page_hashes
 from caches.hi_mamba_radix import HiMambaRadixCache
 from caches.storage import pool_key
+from conformance.multirank.processes import run_ranks
+from conformance.scenarios import pool_data, same_bytes
 from spec import check
 from spec.clock import ManualClock
 from spec.decision import DecisionState, decide, enumerate_states, local_vote, vote_clause
@@ -25,6 +28,8 @@ PAGE = 4
 KV_SHAPE = (2, 3)
 STATE_SHAPE = (5,)
 WAIT_S = 10.0
+POOL_SHAPES = [SimpleNamespace(name="kv", unit="token", elem_shape=KV_SHAPE, dtype=torch.float32),
+               SimpleNamespace(name="mamba", unit="state", elem_shape=STATE_SHAPE, dtype=torch.float32)]
 
 
 @pytest.fixture
@@ -33,9 +38,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def make(tmp_path: Path, clock: ManualClock):
-    """make(policy=..., trace=..., **config fields) -> a cache; all closed at teardown, no thread left."""
-    caches: list[HiMambaRadixCache] = []
+def make(tmp_path: Path, clock: ManualClock, cache_factory):
+    """make(policy=..., trace=..., **config fields) -> a cache, ended by the shared factory (tests/conftest.py)."""
 
     def build(policy: str = "wait_complete", *, trace: TraceRecorder | None = None, **fields) -> HiMambaRadixCache:
         settings = dict(
@@ -45,23 +49,14 @@ def make(tmp_path: Path, clock: ManualClock):
             storage_batch_pages=2, wait_timeout_s=WAIT_S,
         )
         settings.update(fields)
-        cache = HiMambaRadixCache(CacheConfig(**settings), trace=trace, clock=clock)
-        caches.append(cache)
-        return cache
+        return cache_factory.adopt(HiMambaRadixCache(CacheConfig(**settings), trace=trace, clock=clock))
 
-    yield build
-    for cache in caches:
-        cache.close()
-    alive = [t.name for cache in caches for t in cache.threads() if t.is_alive()]
-    assert not alive, f"threads still running after close(): {alive}"
+    return build
 
 
 def random_data(tokens: list[int], seed: int, *, with_state: bool = True) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    data = {"kv": torch.randn(len(tokens), *KV_SHAPE, generator=g)}
-    if with_state:
-        data["mamba"] = torch.randn(1, *STATE_SHAPE, generator=g)
-    return data
+    """Random bytes for the KV rows of `tokens` and (with_state) one mamba state."""
+    return pool_data(POOL_SHAPES, len(tokens), seed, states=with_state)
 
 
 def load(cache: HiMambaRadixCache, tokens: list[int]) -> tuple[int, dict[str, torch.Tensor]]:
@@ -151,7 +146,7 @@ def test_storage_roundtrip_into_a_fresh_cache_is_byte_exact(make, clock, policy)
     assert loaded == 16
     for pool in ("kv", "mamba"):
         assert read[pool].dtype == data[pool].dtype
-        assert torch.equal(read[pool], data[pool]), pool
+        assert same_bytes(read[pool], data[pool]), pool
     assert cache.stats.storage_hit_tokens == 16
     assert_accounting(cache)
     assert check(trace.trace(), cache.termination) == []
@@ -174,8 +169,8 @@ def test_match_ends_at_the_deepest_node_carrying_a_state_on_device(make):
     assert len(m.device_node.key) == 8 and m.device_node.parent is cache.tree.root
     tokens, read = load(cache, longer)
     assert tokens == 8
-    assert torch.equal(read["mamba"], prefix_data["mamba"])
-    assert torch.equal(read["kv"], prefix_data["kv"])
+    assert same_bytes(read["mamba"], prefix_data["mamba"])
+    assert same_bytes(read["kv"], prefix_data["kv"])
     # Nothing on the path carries a state: nothing is usable.
     other = list(range(100, 112))
     cache.write(other, random_data(other, seed=4, with_state=False))
@@ -211,8 +206,8 @@ def test_host_match_ends_at_the_deepest_host_state_and_loads_it_back(make):
     assert m.device_node is cache.tree.root and m.host_node.parent is cache.tree.root
     tokens, read = load(cache, longer)
     assert tokens == 8
-    assert torch.equal(read["kv"], prefix_data["kv"])
-    assert torch.equal(read["mamba"], prefix_data["mamba"])
+    assert same_bytes(read["kv"], prefix_data["kv"])
+    assert same_bytes(read["mamba"], prefix_data["mamba"])
     assert_accounting(cache)
 
 
@@ -234,8 +229,8 @@ def test_a_device_hit_extends_into_a_host_end_with_a_state(make):
     tokens, read = load(cache, abcd)
     assert tokens == 16
     # The first pages were already cached: the tree kept the first write's copy.
-    assert torch.equal(read["kv"], torch.cat([head["kv"], deep["kv"][8:]]))
-    assert torch.equal(read["mamba"], deep["mamba"])
+    assert same_bytes(read["kv"], torch.cat([head["kv"], deep["kv"][8:]]))
+    assert same_bytes(read["mamba"], deep["mamba"])
     assert_accounting(cache)
 
 
@@ -294,7 +289,7 @@ def test_a_prefetch_below_a_host_state_keeps_the_shorter_match_when_the_new_stat
     assert cache.tree.host_tokens() == 16
     assert hits(cache, longer) == (0, 8)
     tokens, read = load(cache, longer)
-    assert tokens == 8 and torch.equal(read["mamba"], prefix_data["mamba"])
+    assert tokens == 8 and same_bytes(read["mamba"], prefix_data["mamba"])
     assert_accounting(cache)
 
 
@@ -510,57 +505,31 @@ def representatives(policy: str) -> list:
     return list(seen.values())
 
 
-def rank_worker(rank: int, init_file: str, result_file: str) -> None:
-    """One rank (a forked process): probe every pair of representative states, write what it decided."""
-    import json
-
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=2)
+def decide_every_pair(env) -> dict:
+    """One rank: probe every pair of representative states (this rank's half of each), return what it decided."""
     out = {}
     for policy in ("best_effort", "wait_complete", "timeout"):
         clock = ManualClock(1000.0)
-        trace = TraceRecorder(clock, rank=rank)
+        trace = TraceRecorder(clock, rank=env.rank)
         config = CacheConfig(
             page_size=PAGE, extra_pools=("mamba",), prefetch_policy=policy, storage_backend="memory",
             kv_elem_shape=(2,), state_elem_shape=(2,), device_pages=4, host_pages=4, wait_timeout_s=WAIT_S,
         )
-        cache = HiMambaRadixCache(config, trace=trace, clock=clock, process_group=dist.group.WORLD)
+        cache = HiMambaRadixCache(config, trace=trace, clock=clock, process_group=env.group)
         states = representatives(policy)
         results = []
         for pair in ((a, b) for a in states for b in states):
-            state = pair[rank]
+            state = pair[env.rank]
             start = clock.now() - timeout_budget(config.termination, state.hit_pages) - 1 if state.timed_out else clock.now()
             results.append(cache.can_terminate_prefetch(cache.make_probe_operation(state, start_time=start)))
         votes = sum(1 for e in trace.events() if e.kind is EventKind.COLLECTIVE and e.value == "vote_max")
         cache.close()
         out[policy] = {"results": results, "vote_collectives": votes, "world_size": cache.world_size}
-    dist.destroy_process_group()
-    Path(result_file).write_text(json.dumps(out))
+    return out
 
 
 def test_two_ranks_reduce_once_per_check_and_combine_as_the_spec(tmp_path):
-    import json
-    import multiprocessing
-
-    # fork: the ranks start with torch already imported (spawning two interpreters costs seconds).
-    context = multiprocessing.get_context("fork")
-    results = [tmp_path / f"rank{rank}.json" for rank in (0, 1)]
-    procs = [context.Process(target=rank_worker, args=(rank, str(tmp_path / "rendezvous"), str(results[rank])))
-             for rank in (0, 1)]
-    for proc in procs:
-        proc.start()
-    try:
-        for rank, proc in enumerate(procs):
-            proc.join(60)
-            assert not proc.is_alive(), f"rank {rank} still running after 60s (a collective hung)"
-            assert proc.exitcode == 0, f"rank {rank} exited with {proc.exitcode}"
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(WAIT_S)
-    outputs = [json.loads(r.read_text()) for r in results]
+    outputs = run_ranks(f"{__file__}:decide_every_pair", 2, workdir=tmp_path, timeout_s=60)
     for policy in ("best_effort", "wait_complete", "timeout"):
         states = representatives(policy)
         expected = [decide([a, b]) for a in states for b in states]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 
 import pytest
-import torch
 
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
+from conformance import devices
+from conformance.scenarios import random_rows, same_bytes
 from spec import check
 from spec.clock import ManualClock
 from spec.config import Policy
@@ -21,12 +21,6 @@ PS = 4
 WAIT_S = 10.0
 
 
-def device_param(kind: str):
-    if kind == "cpu":
-        return pytest.param("cpu", id="cpu")
-    return pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")])
-
-
 def make_config(tmp_path, device: str = "cpu", **overrides) -> CacheConfig:
     fields = dict(
         page_size=PS, device=device, device_pages=32, host_pages=32, kv_elem_shape=(2, 3), indexer_elem_shape=(5,),
@@ -37,37 +31,17 @@ def make_config(tmp_path, device: str = "cpu", **overrides) -> CacheConfig:
     return CacheConfig(**fields)
 
 
-def random_bytes(rows: int, spec, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    raw = torch.randint(0, 256, (rows, math.prod(spec.elem_shape) * spec.dtype.itemsize), dtype=torch.uint8, generator=g)
-    return raw.view(spec.dtype).reshape(rows, *spec.elem_shape)
-
-
-def as_bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().view(torch.uint8)
-
-
 @pytest.fixture
-def open_caches():
-    made: list[HiRadixCache] = []
-
-    def make(config: CacheConfig, **kwargs) -> HiRadixCache:
-        cache = HiRadixCache(config, **kwargs)
-        made.append(cache)
-        return cache
-
-    yield make
-    for cache in made:
-        cache.close()
-    alive = [t.name for c in made for t in c.threads() if t.is_alive()]
-    assert not alive, f"threads still running after close(): {alive}"
+def open_caches(cache_factory):
+    """open_caches(config, **kwargs) -> a HiRadixCache, ended by the one factory."""
+    return lambda config, **kwargs: cache_factory.adopt(HiRadixCache(config, **kwargs))
 
 
-@pytest.mark.parametrize("device", [device_param("cpu"), device_param("cuda")])
+@pytest.mark.parametrize("device", devices.pytest_params())
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
 def test_round_trip_through_files_into_a_fresh_cache_is_byte_exact(tmp_path, open_caches, device, policy):
     """S5 end to end: write, back up, evict everything; a new cache over the same files loads the same bytes."""
-    config = make_config(tmp_path, device, prefetch_policy=policy)
+    config = make_config(tmp_path, devices.torch_device(device), prefetch_policy=policy)
     writer_trace = TraceRecorder(ManualClock(0.0))
     writer = open_caches(config, trace=writer_trace, clock=ManualClock(0.0))
     shared = [7_000 + i for i in range(3 * PS)]
@@ -78,7 +52,7 @@ def test_round_trip_through_files_into_a_fresh_cache_is_byte_exact(tmp_path, ope
     data = {}
     for seed, (rid, tokens) in enumerate(requests.items()):
         rows = len(tokens)
-        data[rid] = {spec.name: random_bytes(rows, spec, seed * 10 + i) for i, spec in enumerate(writer.specs)}
+        data[rid] = {spec.name: random_rows(rows, spec.elem_shape, spec.dtype, seed * 10 + i) for i, spec in enumerate(writer.specs)}
         if rid == "b":  # the shared prefix carries a's bytes (the tree keeps the first write)
             for pool in data[rid]:
                 data[rid][pool][: len(shared)] = data["a"][pool][: len(shared)]
@@ -107,7 +81,7 @@ def test_round_trip_through_files_into_a_fresh_cache_is_byte_exact(tmp_path, ope
         assert m.device_hit_tokens == full
         loaded = reader.read_device(m.device_slots)
         for pool in ("kv", "indexer"):
-            assert torch.equal(as_bytes(loaded[pool]), as_bytes(data[rid][pool][:full])), f"{rid}: {pool} bytes differ"
+            assert same_bytes(loaded[pool], data[rid][pool][:full]), f"{rid}: {pool} bytes differ"
     assert reader.stats.storage_hit_tokens == reader.stats.loaded_back_tokens
     reader.close()
     assert check(trace.trace(), config.termination) == []

@@ -38,8 +38,8 @@ def drive(cache, request_ids, steps: int = 10) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("others_on_device", [True, False], ids=["host-full-of-device-data", "host-full-of-evictable-data"])
-def test_a_prefetch_never_evicts_its_own_anchor(make_any, oracle, name, others_on_device):
-    cache = make_any(name, host_pages=4)
+def test_a_prefetch_never_evicts_its_own_anchor(cache_factory, oracle, name, others_on_device):
+    cache = cache_factory.build(name, host_pages=4)
     a, b, c = oracle.request(1, 2), oracle.request(2, 2), oracle.request(3, 2)
     cache.write(a, oracle.data(cache, a))
     cache.flush()
@@ -68,8 +68,8 @@ def test_a_prefetch_never_evicts_its_own_anchor(make_any, oracle, name, others_o
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("bad", [[-1], [2**32], [1.5], ["7"], [None], [True], [[1]]], ids=lambda b: repr(b[0]))
-def test_a_refused_write_allocates_nothing(make_any, oracle, name, bad):
-    cache = make_any(name)
+def test_a_refused_write_allocates_nothing(cache_factory, oracle, name, bad):
+    cache = cache_factory.build(name)
     tokens = oracle.request(4, 2)
     data = oracle.data(cache, tokens)
     before = cache.slot_accounting()
@@ -81,8 +81,8 @@ def test_a_refused_write_allocates_nothing(make_any, oracle, name, bad):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_write_with_bad_data_allocates_nothing(make_any, oracle, name):
-    cache = make_any(name)
+def test_a_write_with_bad_data_allocates_nothing(cache_factory, oracle, name):
+    cache = cache_factory.build(name)
     tokens = oracle.request(5, 2)
     data = oracle.data(cache, tokens)
     data["kv"] = data["kv"][:, :1]
@@ -114,8 +114,8 @@ def _calls(cache, tokens, data, node):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_every_call_after_close_is_refused_at_once(make_any, oracle, name):
-    cache = make_any(name)
+def test_every_call_after_close_is_refused_at_once(cache_factory, oracle, name):
+    cache = cache_factory.build(name)
     tokens = oracle.request(6, 2)
     data = oracle.data(cache, tokens)
     cache.write(tokens, data)
@@ -153,8 +153,8 @@ BAD_TOKENS = [
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize(("tokens", "named"), BAD_TOKENS, ids=[repr(t)[:24] for t, _ in BAD_TOKENS])
-def test_bad_tokens_are_one_clear_error_on_every_entry_point(make_any, name, tokens, named):
-    cache = make_any(name)
+def test_bad_tokens_are_one_clear_error_on_every_entry_point(cache_factory, name, tokens, named):
+    cache = cache_factory.build(name)
     before = cache.slot_accounting()
     for call in (lambda: cache.match_prefix(tokens), lambda: cache.prefetch_from_storage("r", tokens),
                  lambda: cache.write(tokens, {})):
@@ -166,8 +166,8 @@ def test_bad_tokens_are_one_clear_error_on_every_entry_point(make_any, name, tok
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_integer_tensors_and_tuples_are_token_lists(make_any, oracle, name):
-    cache = make_any(name)
+def test_integer_tensors_and_tuples_are_token_lists(cache_factory, oracle, name):
+    cache = cache_factory.build(name)
     tokens = oracle.request(7, 2)
     cache.write(torch.tensor(tokens), oracle.data(cache, tokens))
     assert cache.match_prefix(tuple(tokens)).device_hit_tokens == len(tokens)
@@ -192,8 +192,8 @@ def test_an_over_long_pool_suffix_is_a_key_error_not_an_os_error(tmp_path):
     (None, None, "node"), ("root", None, "node"), ("real", -1, "quota_tokens"),
     ("real", 1.5, "quota_tokens"), ("real", True, "quota_tokens"),
 ])
-def test_load_back_rejects_bad_arguments(make_any, oracle, name, node, quota, named):
-    cache = make_any(name)
+def test_load_back_rejects_bad_arguments(cache_factory, oracle, name, node, quota, named):
+    cache = cache_factory.build(name)
     tokens = oracle.request(8, 2)
     cache.write(tokens, oracle.data(cache, tokens))
     cache.flush()
@@ -208,8 +208,8 @@ def test_load_back_rejects_bad_arguments(make_any, oracle, name, node, quota, na
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("ids", ["r1", b"r1", None, ["r1", 7], ["r1", ""], 3], ids=repr)
-def test_check_prefetch_progress_argument_rule_is_one_rule(make_any, name, ids):
-    cache = make_any(name)
+def test_check_prefetch_progress_argument_rule_is_one_rule(cache_factory, name, ids):
+    cache = cache_factory.build(name)
     with pytest.raises(CacheArgumentError) as err:
         cache.check_prefetch_progress(ids)
     message = one_line(err.value)
@@ -219,16 +219,16 @@ def test_check_prefetch_progress_argument_rule_is_one_rule(make_any, name, ids):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("call", ["evict", "evict_host"])
 @pytest.mark.parametrize("count", [-1, 1.5, True, "4"], ids=repr)
-def test_eviction_counts_are_checked(make_any, name, call, count):
-    cache = make_any(name)
+def test_eviction_counts_are_checked(cache_factory, name, call, count):
+    cache = cache_factory.build(name)
     with pytest.raises(CacheArgumentError, match="num_tokens"):
         getattr(cache, call)(count)
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("request_id", ["", None, 5])
-def test_request_ids_are_checked_everywhere(make_any, oracle, name, request_id):
-    cache = make_any(name)
+def test_request_ids_are_checked_everywhere(cache_factory, oracle, name, request_id):
+    cache = cache_factory.build(name)
     for call in (lambda: cache.prefetch_from_storage(request_id, oracle.request(9, 1)),
                  lambda: cache.release_aborted_request(request_id), lambda: cache.wait_prefetch_io(request_id)):
         with pytest.raises(CacheArgumentError, match="request_id"):

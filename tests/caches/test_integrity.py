@@ -71,8 +71,8 @@ def assert_loaded_prefix_is_the_written_one(cache, oracle, tokens, data, loaded_
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("pool", ["kv", "indexer", "mamba"])
-def test_flipped_payload_bytes_are_a_recorded_miss_for_that_page_and_after(make_any, oracle, name, pool):
-    cache = make_any(name)
+def test_flipped_payload_bytes_are_a_recorded_miss_for_that_page_and_after(cache_factory, oracle, name, pool):
+    cache = cache_factory.build(name)
     if pool not in cache.host_pools:
         pytest.skip(f"{name} has no {pool} pool")
     tokens, data = store_request(cache, oracle, 11, 4)
@@ -95,8 +95,8 @@ def test_flipped_payload_bytes_are_a_recorded_miss_for_that_page_and_after(make_
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_page_file_moved_under_another_key_is_never_served(make_any, oracle, name):
-    cache = make_any(name)
+def test_a_page_file_moved_under_another_key_is_never_served(cache_factory, oracle, name):
+    cache = cache_factory.build(name)
     tokens, data = store_request(cache, oracle, 12, 3)
     hashes = page_hashes(tokens, cache.page_size)
     # Same size, valid header and checksum for its own bytes: only the key binding tells.
@@ -161,10 +161,10 @@ def test_batched_and_per_page_verification_agree_on_a_shared_buffer(tmp_path):
 @pytest.mark.parametrize("change", [
     {"dtype": "bfloat16"}, {"model_name": "other-model"}, {"kv_elem_shape": (3, 2)},
 ], ids=["dtype", "model", "kv-shape"])
-def test_a_cache_whose_bytes_differ_misses_the_pages_of_another(make_any, oracle, name, change):
-    writer = make_any(name, dtype="float16", model_name="model-a")
+def test_a_cache_whose_bytes_differ_misses_the_pages_of_another(cache_factory, oracle, name, change):
+    writer = cache_factory.build(name, dtype="float16", model_name="model-a")
     tokens, _ = store_request(writer, oracle, 13, 2)
-    reader = make_any(name, **{"dtype": "float16", "model_name": "model-a", **change})
+    reader = cache_factory.build(name, **{"dtype": "float16", "model_name": "model-a", **change})
     assert reader.storage_namespace != writer.storage_namespace
     assert reader.prefetch_from_storage("r1", tokens) == len(tokens)
     reader.wait_prefetch_io("r1")
@@ -173,10 +173,10 @@ def test_a_cache_whose_bytes_differ_misses_the_pages_of_another(make_any, oracle
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_cache_with_compatible_bytes_shares_the_namespace(make_any, oracle, name):
-    writer = make_any(name, model_name="model-a")
+def test_a_cache_with_compatible_bytes_shares_the_namespace(cache_factory, oracle, name):
+    writer = cache_factory.build(name, model_name="model-a")
     tokens, data = store_request(writer, oracle, 14, 2)
-    reader = make_any(name, model_name="model-a", host_pages=8, device_pages=8, prefetch_policy="best_effort")
+    reader = cache_factory.build(name, model_name="model-a", host_pages=8, device_pages=8, prefetch_policy="best_effort")
     assert reader.storage_namespace == writer.storage_namespace
     assert prefetch(reader, tokens) == len(tokens)
     loaded, got = load(reader, tokens)
@@ -196,10 +196,10 @@ def test_a_page_carrying_another_namespace_tag_is_a_miss(tmp_path):
     b.close()
 
 
-def test_the_namespace_is_written_down_next_to_the_pages(make_any, tmp_path):
+def test_the_namespace_is_written_down_next_to_the_pages(cache_factory, tmp_path):
     import json
 
-    cache = make_any("hi_mamba_radix", model_name="model-a")
+    cache = cache_factory.build("hi_mamba_radix", model_name="model-a")
     described = json.loads((cache.storage.root.parent / "namespace.json").read_text())
     assert described["model_name"] == "model-a" and described["page_size"] == cache.page_size
     assert described["world_size"] == 1 and described["dtype"] == "float32"

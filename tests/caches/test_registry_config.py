@@ -15,6 +15,7 @@ from caches.adapters import (INDEXER_ELEM, KV_ELEM, STATE_ELEM, BuiltinAdapter, 
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
 from conformance.adapter import CacheEnv
+from conformance.scenarios import pool_data, same_bytes
 from spec.clock import ManualClock
 from spec.config import Policy, TerminationConfig
 from spec.errors import ConfigError
@@ -204,27 +205,22 @@ def test_config_for_maps_every_env_field(tmp_path):
     assert config.termination == env.termination
 
 
-def test_an_adapter_session_round_trips_through_storage(tmp_path):
+def test_an_adapter_session_round_trips_through_storage(tmp_path, cache_factory):
     env = make_env(tmp_path)
-    session = hiradix().create(env)
-    try:
-        assert isinstance(session, CacheSession) and set(session.pools) == {"kv", "indexer"}
-        tokens = list(range(100, 112))
-        g = torch.Generator().manual_seed(1)
-        data = {name: torch.randn(len(tokens), *pool.elem_shape, generator=g).to(pool.dtype) for name, pool in session.pools.items()}
-        session.write(tokens, data)
-        session.flush()
-        session.evict_all()
-        assert session.match(tokens) == (0, 0)
-        assert session.prefetch("r1", tokens) == 12
-        session.wait_prefetch_io("r1")
-        assert session.check_progress(["r1"]) == {"r1": 12}
-        loaded = session.load_back(tokens)
-        assert loaded.tokens == 12
-        for name in session.pools:
-            assert torch.equal(loaded.data[name], data[name]), name
-        for name, (allocated, free, capacity) in session.slot_accounting().items():
-            assert allocated + free == capacity, name
-    finally:
-        session.close()
-    assert [t.name for t in session.threads() if t.is_alive()] == []
+    session = cache_factory.adopt(hiradix().create(env))
+    assert isinstance(session, CacheSession) and set(session.pools) == {"kv", "indexer"}
+    tokens = list(range(100, 112))
+    data = pool_data(session.pools.values(), len(tokens), 1)
+    session.write(tokens, data)
+    session.flush()
+    session.evict_all()
+    assert session.match(tokens) == (0, 0)
+    assert session.prefetch("r1", tokens) == 12
+    session.wait_prefetch_io("r1")
+    assert session.check_progress(["r1"]) == {"r1": 12}
+    loaded = session.load_back(tokens)
+    assert loaded.tokens == 12
+    for name in session.pools:
+        assert same_bytes(loaded.data[name], data[name]), name
+    for name, (allocated, free, capacity) in session.slot_accounting().items():
+        assert allocated + free == capacity, name

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,6 +35,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from caches import BadTokensError, CacheFullError
 from caches.registry import build
+from conformance.lifecycle import close_and_check
 from spec import check
 from spec.clock import ManualClock
 from spec.trace import TraceRecorder
@@ -54,7 +56,7 @@ def tokens_of(pages: list[int]) -> list[int]:
 class CacheMachine(RuleBasedStateMachine):
     stored = Bundle("stored")  # requests written and flushed: storage holds them
 
-    def __init__(self, name: str, oracle, config_for, workdir: Path) -> None:
+    def __init__(self, name: str, oracle, config_for: Callable[..., dict], workdir: Path) -> None:
         super().__init__()
         self.name = name
         self.oracle = oracle
@@ -77,11 +79,8 @@ class CacheMachine(RuleBasedStateMachine):
         self.ongoing = {}
 
     def _close(self) -> None:
-        threads = self.cache.threads()
-        self.cache.close()
-        assert not [t.name for t in threads if t.is_alive()], "threads left after close()"
+        close_and_check([self.cache])  # no thread left, no background thread failed
         assert check(self.trace.trace(), self.cache.termination, closed=True) == []
-        assert self.cache.background_errors() == []
 
     @initialize()
     def start(self) -> None:
@@ -242,5 +241,5 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("name", ["hiradix", "unified_radix", "hi_mamba_radix"])
-def test_random_api_sequences_keep_every_promise(name, oracle, config_for, tmp_path):
-    run_state_machine_as_test(lambda: CacheMachine(name, oracle, config_for, tmp_path), settings=SETTINGS)
+def test_random_api_sequences_keep_every_promise(name, oracle, cache_factory, tmp_path):
+    run_state_machine_as_test(lambda: CacheMachine(name, oracle, cache_factory.settings, tmp_path), settings=SETTINGS)

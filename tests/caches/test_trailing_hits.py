@@ -29,11 +29,11 @@ def write_to_storage(cache, oracle, tokens) -> None:
 
 
 @pytest.mark.parametrize("name", STATE_CACHES)
-def test_a_shrunk_prefetch_without_a_state_at_its_end_commits_nothing(make_any, oracle, name):
-    writer = make_any(name)
+def test_a_shrunk_prefetch_without_a_state_at_its_end_commits_nothing(cache_factory, oracle, name):
+    writer = cache_factory.build(name)
     tokens = oracle.request(21, 4)  # one node: a state after page 4 only
     write_to_storage(writer, oracle, tokens)
-    reader = make_any(name, host_pages=3)
+    reader = cache_factory.build(name, host_pages=3)
     requested, committed = run_prefetch(reader, tokens)
     assert requested == 3 * reader.page_size, "the prefetch shrinks to the 3 pages that fit"
     served = reader.match_prefix(tokens).matched_tokens
@@ -44,12 +44,12 @@ def test_a_shrunk_prefetch_without_a_state_at_its_end_commits_nothing(make_any, 
 
 
 @pytest.mark.parametrize("name", STATE_CACHES)
-def test_a_shrunk_prefetch_is_trimmed_to_the_deepest_stored_state(make_any, oracle, name):
-    writer = make_any(name)
+def test_a_shrunk_prefetch_is_trimmed_to_the_deepest_stored_state(cache_factory, oracle, name):
+    writer = cache_factory.build(name)
     tokens = oracle.request(22, 4)
     write_to_storage(writer, oracle, tokens[: 2 * writer.page_size])  # a state after page 2
     write_to_storage(writer, oracle, tokens)  # and after page 4
-    reader = make_any(name, host_pages=3)
+    reader = cache_factory.build(name, host_pages=3)
     requested, committed = run_prefetch(reader, tokens)
     assert requested == 3 * reader.page_size
     assert committed == 2 * reader.page_size, f"committed {committed}: the deepest state within the 3 pages is after page 2"
@@ -65,10 +65,10 @@ def test_a_shrunk_prefetch_is_trimmed_to_the_deepest_stored_state(make_any, orac
 
 
 @pytest.mark.parametrize("name", STATE_CACHES)
-def test_a_full_prefetch_still_commits_the_whole_hit(make_any, oracle, name):
-    writer = make_any(name)
+def test_a_full_prefetch_still_commits_the_whole_hit(cache_factory, oracle, name):
+    writer = cache_factory.build(name)
     tokens = oracle.request(23, 4)
     write_to_storage(writer, oracle, tokens)
-    reader = make_any(name)
+    reader = cache_factory.build(name)
     _, committed = run_prefetch(reader, tokens)
     assert committed == reader.match_prefix(tokens).matched_tokens == len(tokens)

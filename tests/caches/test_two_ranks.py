@@ -6,21 +6,16 @@ prefetches the request, commits it, loads it back and reads the device bytes.
 Both ranks must commit the same length, read back exactly the bytes they
 wrote, and leave no thread behind; the two ranks' traces must satisfy the spec.
 
-The ranks are plain subprocesses running this file as a script (one launch
-for all caches: start-up, mostly `import torch`, dominates). The parent hosts
-the TCP store on a port the OS picks, so no port can be taken in between.
+One launch for all caches (conformance/multirank/processes.py: the parent
+hosts the TCP store, the ranks come from a forkserver that imported torch).
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import pickle
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from conformance.multirank.processes import run_ranks
+from conformance.scenarios import pool_data
 
 CACHES = {"hiradix": ("indexer",), "unified_radix": ("indexer", "mamba"), "hi_mamba_radix": ("mamba",)}
 PAGE_SIZE = 4
@@ -28,26 +23,21 @@ TOKENS = list(range(101, 101 + 4 * PAGE_SIZE))
 LAUNCH_TIMEOUT_S = 120.0
 
 
-# --- the rank process ----------------------------------------------------------------
+# --- a rank ----------------------------------------------------------------
 
 
-def rank_main(rank: int, world_size: int, port: int, workdir: Path) -> None:
+def round_trip(env) -> dict:
+    """One rank: every cache's write, backup, fresh prefetch and load-back; what it saw, by cache name."""
     import threading
 
     import torch
-    import torch.distributed as dist
 
     from caches.config import CacheConfig
     from caches.registry import build
     from spec.clock import ManualClock
     from spec.trace import TraceRecorder
 
-    torch.set_num_threads(1)
-    if sys.platform == "linux":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    timeout = datetime.timedelta(seconds=30)
-    store = dist.TCPStore("127.0.0.1", port, None, False, timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    rank, workdir = env.rank, env.workdir
     results = {}
     for name, extra in CACHES.items():
         config = CacheConfig(
@@ -59,11 +49,11 @@ def rank_main(rank: int, world_size: int, port: int, workdir: Path) -> None:
 
         def make(trace):
             clock = ManualClock(100.0)
-            return build(name, config, trace=trace, clock=clock, process_group=dist.group.WORLD)
+            return build(name, config, trace=trace, clock=clock, process_group=env.group)
 
         writer_trace = TraceRecorder(ManualClock(100.0), rank=rank)
         writer = make(writer_trace)
-        data = shard(writer, rank)
+        data = pool_data(writer.specs, len(TOKENS), 1000 + rank)  # ranks hold different shards of one prefix
         writer.write(TOKENS, data)
         writer.flush()
         writer.evict_all()
@@ -98,23 +88,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: Path) -> None:
             "trace": trace.trace(),
             "python_threads": [t.name for t in threading.enumerate() if t is not threading.main_thread()],
         }
-    (workdir / f"result{rank}.pkl").write_bytes(pickle.dumps(results))
-    store.set(f"done{rank}", b"1")
-    store.wait([f"done{r}" for r in range(world_size)], timeout)
-    dist.destroy_process_group()
-
-
-def shard(cache, rank: int) -> dict:
-    """This rank's bytes for every pool (ranks hold different shards of the same prefix)."""
-    import torch
-
-    g = torch.Generator().manual_seed(1000 + rank)
-    data = {}
-    for spec in cache.specs:
-        rows = 1 if spec.unit == "state" else len(TOKENS)
-        raw = torch.randint(0, 256, (rows, *spec.elem_shape, spec.dtype.itemsize), dtype=torch.uint8, generator=g)
-        data[spec.name] = raw.view(spec.dtype).reshape(rows, *spec.elem_shape)
-    return data
+    return results
 
 
 # --- the parent ------------------------------------------------------------------------
@@ -122,34 +96,7 @@ def shard(cache, rank: int) -> dict:
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
-    import torch.distributed as dist
-
-    workdir = tmp_path_factory.mktemp("two_ranks")
-    store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    procs = []
-    for rank in range(2):
-        log = open(workdir / f"rank{rank}.log", "wb")
-        procs.append((subprocess.Popen([sys.executable, __file__, str(rank), "2", str(store.port), str(workdir)],
-                                       stdout=log, stderr=subprocess.STDOUT, env=env), log))
-    failures = []
-    for rank, (proc, log) in enumerate(procs):
-        try:
-            code = proc.wait(LAUNCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-        log.close()
-        if code != 0:
-            tail = (workdir / f"rank{rank}.log").read_text(errors="replace")[-3000:]
-            failures.append(f"rank {rank} {'hung (killed after %gs)' % LAUNCH_TIMEOUT_S if code is None else f'exited with {code}'}:\n{tail}")
-    for proc, _ in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    del store
-    if failures:
-        pytest.fail("\n".join(failures))
-    return [pickle.loads((workdir / f"result{rank}.pkl").read_bytes()) for rank in range(2)]
+    return run_ranks(f"{__file__}:round_trip", 2, workdir=tmp_path_factory.mktemp("two_ranks"), timeout_s=LAUNCH_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("name", list(CACHES))
@@ -174,6 +121,3 @@ def test_ranks_leave_no_python_thread(two_rank_results):
     last = list(CACHES)[-1]
     assert [results[last]["python_threads"] for results in two_rank_results] == [[], []]
 
-
-if __name__ == "__main__":
-    rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))

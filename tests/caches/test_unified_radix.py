@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 import spec
 from caches.config import CacheConfig
 from caches.unified import ComponentLockError, FullAttention, Mamba
 from caches.unified_radix import UnifiedRadixCache
+from conformance import devices
+from conformance.scenarios import pool_data, same_bytes
 from spec.clock import ManualClock
 from spec.decision import DecisionState, enumerate_states
 from spec.errors import ConfigError
@@ -20,38 +21,22 @@ PAGE = 4
 POOL_SETS = [(), ("indexer",), ("mamba",), ("indexer", "mamba")]
 
 
-def make_cache(tmp_path, extra_pools=("mamba",), *, clock=None, trace=None, **fields) -> UnifiedRadixCache:
+def make_cache(factory, extra_pools=("mamba",), *, clock=None, trace=None, **fields) -> UnifiedRadixCache:
+    """A UnifiedRadixCache over the factory's storage; the one factory checks its threads and background errors at the end."""
     values = dict(
         page_size=PAGE, device_pages=16, host_pages=32, state_device_slots=8, state_host_slots=8,
         kv_elem_shape=(2, 3), indexer_elem_shape=(5,), state_elem_shape=(7,),
         extra_pools=tuple(extra_pools), write_policy="write_through", prefetch_policy="wait_complete",
-        storage_backend="file", storage_path=str(tmp_path / "storage"), storage_batch_pages=2,
+        storage_backend="file", storage_path=str(factory.storage_path), storage_batch_pages=2,
         wait_timeout_s=5.0,
     )
     values.update(fields)
-    return UnifiedRadixCache(CacheConfig(**values), clock=clock or ManualClock(1000.0), trace=trace)
+    return factory.adopt(UnifiedRadixCache(CacheConfig(**values), clock=clock or ManualClock(1000.0), trace=trace))
 
 
 def tokens_for(seed: int, count: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.randrange(1, 50_000) for _ in range(count)]
-
-
-def data_for(cache: UnifiedRadixCache, count: int, seed: int, *, state: bool = True) -> dict[str, torch.Tensor]:
-    """Random bytes (any bit pattern, NaNs included) for every pool of the cache."""
-    g = torch.Generator().manual_seed(seed)
-    data = {}
-    for spec_ in cache.specs:
-        if spec_.unit == "state" and not state:
-            continue
-        rows = 1 if spec_.unit == "state" else count
-        raw = torch.randint(0, 256, (rows, *spec_.elem_shape, spec_.dtype.itemsize), dtype=torch.uint8, generator=g)
-        data[spec_.name] = raw.view(spec_.dtype).reshape(rows, *spec_.elem_shape)
-    return data
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def assert_accounting_exact(cache: UnifiedRadixCache) -> None:
@@ -90,8 +75,8 @@ def node_at(cache: UnifiedRadixCache, tokens: list[int]):
 # --- construction ----------------------------------------------------------------
 
 @pytest.mark.parametrize("pools", POOL_SETS, ids=lambda p: "+".join(("kv", *p)))
-def test_components_follow_the_configured_pools(tmp_path, pools):
-    with make_cache(tmp_path, pools, storage_backend="memory") as cache:
+def test_components_follow_the_configured_pools(tmp_path, pools, cache_factory):
+    with make_cache(cache_factory, pools, storage_backend="memory") as cache:
         full = cache.components["full_attention"]
         assert isinstance(full, FullAttention)
         assert full.pools == ("kv", "indexer") if "indexer" in pools else full.pools == ("kv",)
@@ -104,25 +89,21 @@ def test_components_follow_the_configured_pools(tmp_path, pools):
 
 # --- end to end through storage ---------------------------------------------------
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")])]
-
-
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", devices.pytest_params())
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 @pytest.mark.parametrize("pools", POOL_SETS, ids=lambda p: "+".join(("kv", *p)))
-def test_roundtrip_through_file_storage_is_byte_exact(tmp_path, pools, policy, device):
+def test_roundtrip_through_file_storage_is_byte_exact(tmp_path, pools, policy, device, cache_factory):
     clock = ManualClock(1000.0)
     trace = TraceRecorder(clock)
     tokens = tokens_for(1, 6 * PAGE)
-    with make_cache(tmp_path, pools, clock=clock, trace=trace, prefetch_policy=policy, device=device) as writer:
-        data = data_for(writer, len(tokens), seed=2)
+    with make_cache(cache_factory, pools, clock=clock, trace=trace, prefetch_policy=policy, device=devices.torch_device(device)) as writer:
+        data = pool_data(writer.specs, len(tokens), seed=2)
         writer.write(tokens, data)
         writer.flush()
         writer.evict_all()
         assert writer.tree.device_tokens() == writer.tree.host_tokens() == 0
         assert_accounting_exact(writer)
-    with make_cache(tmp_path, pools, clock=clock, trace=trace, prefetch_policy=policy, device=device) as reader:
+    with make_cache(cache_factory, pools, clock=clock, trace=trace, prefetch_policy=policy, device=devices.torch_device(device)) as reader:
         assert reader.prefetch_from_storage("r1", tokens) == len(tokens)
         reader.wait_prefetch_io("r1")
         assert drive(reader, ["r1"]) == {"r1": len(tokens)}
@@ -141,11 +122,11 @@ def test_roundtrip_through_file_storage_is_byte_exact(tmp_path, pools, policy, d
 
 # --- component locks and LRU ------------------------------------------------------
 
-def test_a_component_lock_blocks_device_eviction(tmp_path):
-    with make_cache(tmp_path, ("indexer", "mamba"), storage_backend="memory") as cache:
+def test_a_component_lock_blocks_device_eviction(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("indexer", "mamba"), storage_backend="memory") as cache:
         head, tail = tokens_for(3, 2 * PAGE), tokens_for(4, 2 * PAGE)
-        cache.write(head, data_for(cache, len(head), 5))
-        cache.write(head + tail, data_for(cache, len(head + tail), 6))
+        cache.write(head, pool_data(cache.specs, len(head), 5))
+        cache.write(head + tail, pool_data(cache.specs, len(head + tail), 6))
         cache.flush()
         head_node, tail_node = node_at(cache, head), node_at(cache, head + tail)
         full, mamba = cache.components["full_attention"], cache.components["mamba"]
@@ -168,11 +149,11 @@ def test_a_component_lock_blocks_device_eviction(tmp_path):
         assert_accounting_exact(cache)
 
 
-def test_mamba_host_eviction_drops_states_by_its_own_lru_and_keeps_kv(tmp_path):
-    with make_cache(tmp_path, ("mamba",), storage_backend="memory") as cache:
+def test_mamba_host_eviction_drops_states_by_its_own_lru_and_keeps_kv(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("mamba",), storage_backend="memory") as cache:
         older, newer = tokens_for(7, 2 * PAGE), tokens_for(8, 2 * PAGE)
         for seed, tokens in enumerate((older, newer)):
-            cache.write(tokens, data_for(cache, len(tokens), seed))
+            cache.write(tokens, pool_data(cache.specs, len(tokens), seed))
         cache.flush()
         cache.evict(cache.tree.device_tokens())
         older_node, newer_node = node_at(cache, older), node_at(cache, newer)
@@ -203,11 +184,11 @@ def test_mamba_host_eviction_drops_states_by_its_own_lru_and_keeps_kv(tmp_path):
         assert_accounting_exact(cache)
 
 
-def test_host_state_pressure_drops_a_mamba_state_before_any_kv(tmp_path):
-    with make_cache(tmp_path, ("mamba",), storage_backend="memory", state_host_slots=2) as cache:
+def test_host_state_pressure_drops_a_mamba_state_before_any_kv(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("mamba",), storage_backend="memory", state_host_slots=2) as cache:
         requests = [tokens_for(10 + i, 2 * PAGE) for i in range(3)]
         for seed, tokens in enumerate(requests):
-            cache.write(tokens, data_for(cache, len(tokens), seed))
+            cache.write(tokens, pool_data(cache.specs, len(tokens), seed))
             cache.flush()
         nodes = [node_at(cache, tokens) for tokens in requests]
         assert all(node.host_value is not None for node in nodes)  # every KV backup kept
@@ -215,11 +196,11 @@ def test_host_state_pressure_drops_a_mamba_state_before_any_kv(tmp_path):
         assert_accounting_exact(cache)
 
 
-def test_lru_follows_insert_and_match_and_forgets_deleted_nodes(tmp_path):
-    with make_cache(tmp_path, ("mamba",), storage_backend="memory", write_policy="write_back") as cache:
+def test_lru_follows_insert_and_match_and_forgets_deleted_nodes(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("mamba",), storage_backend="memory", write_policy="write_back") as cache:
         first, second = tokens_for(20, PAGE), tokens_for(21, PAGE)
-        cache.write(first, data_for(cache, PAGE, 1))
-        cache.write(second, data_for(cache, PAGE, 2, state=False))
+        cache.write(first, pool_data(cache.specs, PAGE, 1))
+        cache.write(second, pool_data(cache.specs, PAGE, 2, states=False))
         a, b = node_at(cache, first), node_at(cache, second)
         assert cache.components["full_attention"].lru_order() == [a.id, b.id]
         assert cache.components["mamba"].lru_order() == [a.id]  # b carries no state
@@ -234,12 +215,12 @@ def test_lru_follows_insert_and_match_and_forgets_deleted_nodes(tmp_path):
 
 # --- matching ---------------------------------------------------------------------
 
-def test_match_ends_at_the_deepest_node_with_a_state(tmp_path):
-    with make_cache(tmp_path, ("indexer", "mamba"), storage_backend="memory") as cache:
+def test_match_ends_at_the_deepest_node_with_a_state(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("indexer", "mamba"), storage_backend="memory") as cache:
         ab, c = tokens_for(30, 4 * PAGE), tokens_for(31, 2 * PAGE)
-        ab_data = data_for(cache, len(ab), 1)
+        ab_data = pool_data(cache.specs, len(ab), 1)
         cache.write(ab, ab_data)
-        cache.write(ab + c, data_for(cache, len(ab + c), 2, state=False))
+        cache.write(ab + c, pool_data(cache.specs, len(ab + c), 2, states=False))
 
         deeper = cache.match_prefix(ab + c)  # c has no state: the match stops at ab
         assert (deeper.device_hit_tokens, deeper.host_hit_tokens, deeper.matched_tokens) == (len(ab), 0, len(ab))
@@ -255,12 +236,12 @@ def test_match_ends_at_the_deepest_node_with_a_state(tmp_path):
         assert_accounting_exact(cache)
 
 
-def test_a_host_end_with_a_state_loads_back_under_a_device_node_without_one(tmp_path):
-    with make_cache(tmp_path, ("mamba",), storage_backend="memory") as cache:
+def test_a_host_end_with_a_state_loads_back_under_a_device_node_without_one(tmp_path, cache_factory):
+    with make_cache(cache_factory, ("mamba",), storage_backend="memory") as cache:
         a, bc, d = tokens_for(40, 2 * PAGE), tokens_for(41, 4 * PAGE), tokens_for(42, 2 * PAGE)
-        abc_data = data_for(cache, len(a + bc), 1)
+        abc_data = pool_data(cache.specs, len(a + bc), 1)
         cache.write(a + bc, abc_data)
-        cache.write(a + d, data_for(cache, len(a + d), 2))  # splits: a carries no state
+        cache.write(a + d, pool_data(cache.specs, len(a + d), 2))  # splits: a carries no state
         cache.flush()
         assert cache.evict(len(bc)) == len(bc)  # the least recent leaf: bc
         bc_node = node_at(cache, a + bc)
@@ -278,22 +259,22 @@ def test_a_host_end_with_a_state_loads_back_under_a_device_node_without_one(tmp_
         assert_accounting_exact(cache)
 
 
-def test_kv_only_matches_any_page_boundary(tmp_path):
-    with make_cache(tmp_path, (), storage_backend="memory") as cache:
+def test_kv_only_matches_any_page_boundary(tmp_path, cache_factory):
+    with make_cache(cache_factory, (), storage_backend="memory") as cache:
         tokens = tokens_for(50, 4 * PAGE)
-        cache.write(tokens, data_for(cache, len(tokens), 1))
+        cache.write(tokens, pool_data(cache.specs, len(tokens), 1))
         assert cache.match_prefix(tokens[: 2 * PAGE + 1]).device_hit_tokens == 2 * PAGE
         assert_accounting_exact(cache)
 
 
 # --- prefetch pins and teardown ------------------------------------------------------
 
-def test_a_prefetch_pins_the_node_it_extends_until_it_commits(tmp_path):
+def test_a_prefetch_pins_the_node_it_extends_until_it_commits(tmp_path, cache_factory):
     tokens = tokens_for(60, 4 * PAGE)
-    with make_cache(tmp_path, ("mamba",)) as writer:
-        writer.write(tokens, data_for(writer, len(tokens), 1))
+    with make_cache(cache_factory, ("mamba",)) as writer:
+        writer.write(tokens, pool_data(writer.specs, len(tokens), 1))
         writer.flush()
-    with make_cache(tmp_path, ("mamba",)) as reader:
+    with make_cache(cache_factory, ("mamba",)) as reader:
         root = reader.tree.root
         assert reader.prefetch_from_storage("r1", tokens) == len(tokens)
         assert all(c.data(root).host_ref == 1 for c in reader.components.values())
@@ -304,12 +285,12 @@ def test_a_prefetch_pins_the_node_it_extends_until_it_commits(tmp_path):
         assert_accounting_exact(reader)
 
 
-def test_close_stops_every_thread_and_returns_every_slot(tmp_path):
+def test_close_stops_every_thread_and_returns_every_slot(tmp_path, cache_factory):
     tokens = tokens_for(70, 4 * PAGE)
-    with make_cache(tmp_path, ("indexer", "mamba")) as writer:
-        writer.write(tokens, data_for(writer, len(tokens), 1))
+    with make_cache(cache_factory, ("indexer", "mamba")) as writer:
+        writer.write(tokens, pool_data(writer.specs, len(tokens), 1))
         writer.flush()
-    reader = make_cache(tmp_path, ("indexer", "mamba"))
+    reader = make_cache(cache_factory, ("indexer", "mamba"))
     assert reader.prefetch_from_storage("r1", tokens) == len(tokens)
     threads = reader.threads()
     assert threads and all(t.is_alive() for t in threads)
@@ -319,8 +300,8 @@ def test_close_stops_every_thread_and_returns_every_slot(tmp_path):
     assert reader.tree.host_tokens() == 0
 
 
-def test_check_progress_rejects_a_bare_string_and_joins_untracked_ids(tmp_path):
-    with make_cache(tmp_path, (), storage_backend="memory") as cache:
+def test_check_progress_rejects_a_bare_string_and_joins_untracked_ids(tmp_path, cache_factory):
+    with make_cache(cache_factory, (), storage_backend="memory") as cache:
         with pytest.raises(ConfigError, match="request_ids"):
             cache.check_prefetch_progress("r1")
         assert cache.check_prefetch_progress(["gone"]) == {}
@@ -334,10 +315,10 @@ def _probe_start(cache: UnifiedRadixCache, state: DecisionState) -> float:
 
 
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-def test_every_decision_matches_the_spec(tmp_path, policy):
+def test_every_decision_matches_the_spec(tmp_path, policy, cache_factory):
     clock = ManualClock(1000.0)
     trace = TraceRecorder(clock)
-    with make_cache(tmp_path, (), storage_backend="memory", prefetch_policy=policy, clock=clock, trace=trace) as cache:
+    with make_cache(cache_factory, (), storage_backend="memory", prefetch_policy=policy, clock=clock, trace=trace) as cache:
         states = [s for s in enumerate_states(PAGE) if s.policy.value == policy]
         assert states
         for state in states:
@@ -346,10 +327,10 @@ def test_every_decision_matches_the_spec(tmp_path, policy):
     assert spec.check(trace.trace(), cache.termination, clauses=["D"]) == []
 
 
-def test_timeout_is_strictly_after_an_exact_budget(tmp_path):
+def test_timeout_is_strictly_after_an_exact_budget(tmp_path, cache_factory):
     clock = ManualClock(1000.0)
     # Exactly representable: 2.0 + 0.5 * 8 / 1024 = 2.00390625.
-    with make_cache(tmp_path, (), storage_backend="memory", prefetch_policy="timeout", clock=clock,
+    with make_cache(cache_factory, (), storage_backend="memory", prefetch_policy="timeout", clock=clock,
                     timeout_base_s=2.0, timeout_per_ki_token_s=0.5, timeout_max_s=30.0) as cache:
         state = DecisionState("timeout", PAGE, 2, 0, False, False, True, False)
         assert spec.timeout_budget(cache.termination, 2) == 2.00390625
@@ -360,9 +341,9 @@ def test_timeout_is_strictly_after_an_exact_budget(tmp_path):
         assert cache.can_terminate_prefetch(op) is True
 
 
-def test_a_long_hits_budget_is_capped_at_timeout_max(tmp_path):
+def test_a_long_hits_budget_is_capped_at_timeout_max(tmp_path, cache_factory):
     clock = ManualClock(1000.0)
-    with make_cache(tmp_path, (), storage_backend="memory", prefetch_policy="timeout", clock=clock,
+    with make_cache(cache_factory, (), storage_backend="memory", prefetch_policy="timeout", clock=clock,
                     timeout_base_s=2.0, timeout_per_ki_token_s=1.0, timeout_max_s=3.0) as cache:
         pages = 1024  # 4096 tokens: 6.0 s uncapped
         state = DecisionState("timeout", PAGE, pages, 0, False, False, True, False)
@@ -374,8 +355,8 @@ def test_a_long_hits_budget_is_capped_at_timeout_max(tmp_path):
         assert cache.can_terminate_prefetch(op) is True
 
 
-def test_pool_transfers_pending_keep_a_complete_kv_waiting(tmp_path):
-    with make_cache(tmp_path, (), storage_backend="memory", prefetch_policy="wait_complete") as cache:
+def test_pool_transfers_pending_keep_a_complete_kv_waiting(tmp_path, cache_factory):
+    with make_cache(cache_factory, (), storage_backend="memory", prefetch_policy="wait_complete") as cache:
         pending = DecisionState("wait_complete", PAGE, 2, 2 * PAGE, False, True, False, False)
         op = cache.make_probe_operation(pending, start_time=cache.clock.now())
         assert cache.can_terminate_prefetch(op) is False

@@ -23,11 +23,11 @@ WAIT_S = 20.0
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_io_ending_between_snapshot_and_vote_record_is_no_false_l1(make_any, oracle, name):
+def test_io_ending_between_snapshot_and_vote_record_is_no_false_l1(cache_factory, oracle, name):
     clock = ManualClock(1000.0)
     trace = TraceRecorder(clock)
     gate = Gate(trace, timeout_s=WAIT_S)
-    cache = make_any(name, trace=trace, clock=clock)
+    cache = cache_factory.build(name, trace=trace, clock=clock)
     tokens = oracle.request(31, 4)
     cache.write(tokens, oracle.data(cache, tokens))
     cache.flush()

@@ -34,9 +34,9 @@ ADAPTER = "caches.adapters:hiradix"
 
 
 @pytest.fixture
-def make_cache(tmp_path: Path):
+def make_cache(tmp_path: Path, cache_factory):
+    """Adapter sessions, ended by the shared factory (tests/conftest.py)."""
     adapter = load_factory(ADAPTER)()
-    sessions = []
 
     def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **fields):
         termination = fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
@@ -50,15 +50,9 @@ def make_cache(tmp_path: Path):
             extra_pools=tuple(fields.pop("extra_pools", adapter.default_extra_pools)),
             **fields,
         )
-        session = adapter.create(env)
-        sessions.append(session)
-        return session
+        return cache_factory.adopt(adapter.create(env))
 
-    yield make
-    for session in sessions:
-        session.close()
-    alive = [t.name for s in sessions for t in s.threads() if t.is_alive()]
-    assert not alive, f"threads still running after close(): {alive}"
+    return make
 
 
 def kv_only(policy: str, **fields) -> Scenario:

@@ -7,7 +7,6 @@ import socket
 from pathlib import Path
 
 import pytest
-import torch
 
 from caches.adapters import hiradix
 from conformance import devices
@@ -15,6 +14,7 @@ from conformance.adapter import CacheEnv
 from conformance.capabilities import UnknownCapability, require
 from conformance.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
 from conformance.loader import check_adapter
+from conformance.scenarios import pool_data
 from conformance.failures import named_clauses
 from conformance.report import (OutcomeRecord, build_matrix, clause_status, devices_not_run, failing_here, item_properties,
                                 read_properties, skip_groups)
@@ -295,7 +295,7 @@ def test_require_skips_naming_adapter_and_capability():
 
 # --- the documented example ----------------------------------------------------------------------
 
-def test_adapters_md_example_is_a_working_adapter(tmp_path):
+def test_adapters_md_example_is_a_working_adapter(tmp_path, cache_factory):
     text = ADAPTERS_MD.read_text()
     start = text.index("```python\n# my_package/conformance_adapter.py") + len("```python\n")
     source = text[start:text.index("```", start)]
@@ -305,16 +305,11 @@ def test_adapters_md_example_is_a_working_adapter(tmp_path):
     clock = ManualClock(0.0)
     env = CacheEnv(device="cpu", termination=TerminationConfig(policy="wait_complete", page_size=4),
                    storage_dir=tmp_path / "storage", clock=clock, trace=TraceRecorder(clock), extra_pools=adapter.default_extra_pools)
-    cache = adapter.create(env)
-    try:
-        tokens = list(range(1, 9))
-        cache.write(tokens, {name: torch.zeros(1 if p.unit == "state" else 8, *p.elem_shape, dtype=p.dtype)
-                             for name, p in cache.pools.items()})
-        cache.flush()
-        assert cache.match(tokens) == (8, 0)
-    finally:
-        cache.close()
-    assert not [t for t in cache.threads() if t.is_alive()]
+    cache = cache_factory.adopt(adapter.create(env))
+    tokens = list(range(1, 9))
+    cache.write(tokens, pool_data(cache.pools.values(), len(tokens), 0))
+    cache.flush()
+    assert cache.match(tokens) == (8, 0)
 
 
 def test_matrix_recorder_sums_explored_interleavings_per_implementation():

@@ -12,6 +12,7 @@ import pytest
 # Imported here so that pytester's in-process runs find them already loaded:
 # it drops modules first imported during a run, and torch cannot be imported twice.
 import caches.adapters  # noqa: F401
+import caches.registry  # noqa: F401 (caches.adapters defers the caches, and torch, to first use)
 import conformance.fixtures  # noqa: F401
 import conformance.identity  # noqa: F401
 import conformance.live.plugin  # noqa: F401

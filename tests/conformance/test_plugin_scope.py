@@ -129,3 +129,14 @@ def test_the_entry_point_is_named_after_its_module():
     project = _toml.loads((REPO / "pyproject.toml").read_text())
     assert project["project"]["entry-points"]["pytest11"] == {PLUGIN_NAME: PLUGIN_NAME}
     assert f"-p {PLUGIN_NAME}" in project["tool"]["pytest"]["ini_options"]["addopts"]
+
+
+def test_what_the_xdist_controller_loads_imports_no_torch():
+    """The controller loads the plugin, the suite's conftest and the adapters, but runs no test: torch stays out of it
+    (every worker imports torch anyway; the controller doing it too delayed the workers' start)."""
+    code = ("import sys; import conformance.plugin, conformance.fixtures, conformance.harness, conformance.recorder; "
+            "from conformance.loader import load_adapters; names = [a.name for a, _ in load_adapters([])]; "
+            "print(names, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "False" and "hiradix" in out.stdout, out.stdout

@@ -7,10 +7,6 @@ processes on a gloo group, so the MIN is a real collective.
 from __future__ import annotations
 
 import datetime
-import json
-import subprocess
-import sys
-import textwrap
 import threading
 
 import pytest
@@ -18,6 +14,7 @@ import torch.distributed as dist
 
 from caches.core.agreed_queue import AgreedQueue
 from caches.core.reducer import LocalReducer, TorchDistReducer
+from conformance.multirank.processes import run_ranks
 from spec.trace import EventKind, TraceRecorder
 
 WAIT_S = 10.0
@@ -74,70 +71,26 @@ def test_one_rank_on_a_process_group_drains_without_a_collective():
         dist.destroy_process_group()
 
 
-WORKER = textwrap.dedent(
-    """
-    import datetime, json, sys
-    import torch.distributed as dist
-    from caches.core.agreed_queue import AgreedQueue
-    from caches.core.reducer import TorchDistReducer
-    from spec.trace import EventKind, TraceRecorder
-
-    rank, port = int(sys.argv[1]), int(sys.argv[2])
-    timeout = datetime.timedelta(seconds=20)
-    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=timeout)
-    trace = TraceRecorder(rank=rank)
-    q = AgreedQueue(TorchDistReducer(dist.group.WORLD, trace), "backup_ack")
-    # Rank 0 has 3 acks, rank 1 only 1: both take MIN = 1.
-    for i in range(3 if rank == 0 else 1):
+def take_the_minimum(env) -> dict:
+    """One rank of the test below: rank 0 has 3 acks, rank 1 only 1; what each drained and which collectives ran."""
+    trace = TraceRecorder(rank=env.rank)
+    q: AgreedQueue[str] = AgreedQueue(TorchDistReducer(env.group, trace), "backup_ack")
+    for i in range(3 if env.rank == 0 else 1):
         q.put(f"job{i}")
-    first = q.drain(step=1)
-    # Rank 1 catches up: both take the 2 left on rank 0.
-    if rank == 1:
-        q.put("job1"); q.put("job2")
+    first = q.drain(step=1)  # both take MIN = 1
+    if env.rank == 1:  # rank 1 catches up: both take the 2 left on rank 0
+        q.put("job1")
+        q.put("job2")
     second = q.drain(step=2)
     third = q.drain(step=3)  # nothing anywhere: still one collective
-    calls = [(e.value, e.step) for e in trace.events() if e.kind is EventKind.COLLECTIVE]
-    print(json.dumps({"rank": rank, "drains": [first, second, third], "left": len(q), "collectives": calls}))
-    dist.destroy_process_group()
-    # Rank 0 serves the store: it exits only after rank 1 has torn down, or rank 1's
-    # teardown can meet a closed store and abort ("terminate called ...") under load.
-    if rank == 1:
-        store.set("rank1_done", "1")
-    else:
-        store.wait(["rank1_done"])
-    """
-)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    calls = [[e.value, e.step] for e in trace.events() if e.kind is EventKind.COLLECTIVE]
+    return {"drains": [first, second, third], "left": len(q), "collectives": calls}
 
 
 @pytest.mark.slow
 def test_two_ranks_take_the_minimum_and_always_join_the_collective(tmp_path):
-    script = tmp_path / "agreed_queue_worker.py"
-    script.write_text(WORKER)
-    port = free_port()
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(rank), str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for rank in range(2)
-    ]
-    results = {}
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=90)
-            assert proc.returncode == 0, f"rank worker failed:\n{err[-2000:]}"
-            result = json.loads(out.strip().splitlines()[-1])
-            results[result["rank"]] = result
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+    # The parent hosts the store and outlives both ranks (processes.py says why a rank must not host it).
+    results = run_ranks(f"{__file__}:take_the_minimum", 2, workdir=tmp_path)
     for rank in (0, 1):
         assert results[rank]["drains"] == [["job0"], ["job1", "job2"], []], f"rank {rank}"
         assert results[rank]["left"] == 0

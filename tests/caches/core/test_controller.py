@@ -6,7 +6,6 @@ trace events with the conformance Gate (never sleeps); every wait is bounded.
 
 from __future__ import annotations
 
-import math
 import queue
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from caches.core.pools import PoolSet, PoolSpec, tensor_bytes_view
 from caches.core.reducer import LocalReducer
 from caches.storage import FileStorage, PoolTransfer, pool_key
 from conformance.gates import Gate
+from conformance.scenarios import random_rows
 from spec import check
 from spec.clock import ManualClock
 from spec.fence import HitPolicy, committable_pages
@@ -29,12 +29,6 @@ from spec.trace import BACKUP, HOST, LOAD, EventKind, TraceRecorder, page_digest
 PS = 4
 WAIT_S = 10.0
 HOST_PAGES = 16
-
-
-def random_rows(rows: int, elem_shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    raw = torch.randint(0, 256, (rows, math.prod(elem_shape) * dtype.itemsize), dtype=torch.uint8, generator=g)
-    return raw.view(dtype).reshape(rows, *elem_shape)
 
 
 @dataclass

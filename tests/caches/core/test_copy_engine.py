@@ -7,10 +7,10 @@ import torch
 
 from caches.core.copy_engine import CopyEngine, CopyEngineError, CopyHandle, CopyTimeout
 from caches.core.pools import PoolBuffer, PoolSlotError, PoolSpec
+from conformance import devices
+from conformance.scenarios import random_rows
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device visible to torch"
-)
+needs_cuda = devices.needs_gpu
 
 
 def slots(values):
@@ -20,12 +20,7 @@ def slots(values):
 def filled(spec, num_slots, device, seed):
     """A buffer whose slots hold random bytes (any dtype, bfloat16 included)."""
     buf = PoolBuffer(spec, num_slots, device)
-    generator = torch.Generator().manual_seed(seed)
-    raw = torch.randint(
-        0, 256, (buf.tensor.numel() * spec.dtype.itemsize,), dtype=torch.uint8,
-        generator=generator,
-    )
-    buf.tensor.copy_(raw.view(spec.dtype).reshape(buf.tensor.shape).to(device))
+    buf.tensor.copy_(random_rows(num_slots, spec.elem_shape, spec.dtype, seed).to(device))
     return buf
 
 

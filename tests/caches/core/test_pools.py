@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from conformance import devices
 from caches.core.pools import (
     HitPolicy,
     PoolBuffer,
@@ -14,9 +15,7 @@ from caches.core.pools import (
     tensor_bytes_view,
 )
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device visible to torch"
-)
+needs_cuda = devices.needs_gpu
 
 
 def slots(*values):

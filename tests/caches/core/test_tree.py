@@ -16,6 +16,7 @@ from caches.core.tree import (
     TreeNode,
     TreeUsageError,
 )
+from conformance import devices
 
 PS = 2
 
@@ -1005,8 +1006,7 @@ TestTreeStateMachine.settings = settings(
 )
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
+@devices.needs_gpu
 def test_device_slots_live_on_the_tree_device():
     device = torch.device("cuda")
     allocator = PageAllocator(8, PS, name="device")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from caches.storage import FileStorage, MemoryStorage
+from conformance.scenarios import random_rows
 
 
 def page_hash(label: str) -> str:
@@ -12,10 +13,7 @@ def page_hash(label: str) -> str:
 
 def random_page(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
     """Random bytes viewed as ``dtype`` (NaN payloads included: bytes must survive)."""
-    generator = torch.Generator().manual_seed(seed)
-    nbytes = torch.Size(shape).numel() * dtype.itemsize
-    raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
-    return raw.view(dtype).reshape(shape)
+    return random_rows(1, shape, dtype, seed)[0]
 
 
 def raw_bytes(tensor: torch.Tensor) -> bytes:

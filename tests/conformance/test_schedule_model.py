@@ -1,0 +1,83 @@
+"""The spec's schedule model: subtrees add up to the whole, IO orders differ where they should, bad input is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.explore import SCENARIOS, Scenario
+from conformance.schedule_model import (
+    EXTRAS_WITH_EACH_BATCH,
+    IO_ORDERS,
+    KV_THEN_EXTRAS,
+    ScheduleModel,
+    adapter_io_order,
+    expected_schedules,
+    io_groups,
+    suite_roots,
+)
+from spec.errors import ConfigError
+
+
+@pytest.mark.parametrize("io_order", IO_ORDERS)
+@pytest.mark.parametrize("extra_pools", [0, 1, 2])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_suite_subtrees_add_up_to_the_scenario(name, extra_pools, io_order):
+    scenario = SCENARIOS[name]
+    model = ScheduleModel(scenario, extra_pools, io_order)
+    roots = suite_roots(scenario)
+    assert len(roots) > 1 and len(set(roots)) == len(roots)
+    # The split is the same whatever the pools and order (collected once for every adapter).
+    assert roots == model.roots(2)
+    assert sum(model.count(root) for root in roots) == model.count() == expected_schedules(scenario, extra_pools, io_order)
+
+
+def test_io_groups_of_each_order():
+    assert io_groups(KV_THEN_EXTRAS, 3, 2) == (1, 1, 1, 2)
+    assert io_groups(KV_THEN_EXTRAS, 2, 0) == (1, 1)
+    assert io_groups(EXTRAS_WITH_EACH_BATCH, 3, 2) == (3, 3, 3)
+    assert io_groups(EXTRAS_WITH_EACH_BATCH, 2, 0) == (1, 1)
+
+
+def test_the_orders_agree_without_extra_pools_and_differ_with_them():
+    abort = Scenario("m", "wait_complete", kv_batches=2, batch_pages=1, aborts=1)
+    assert expected_schedules(abort, 0, KV_THEN_EXTRAS) == expected_schedules(abort, 0, EXTRAS_WITH_EACH_BATCH)
+    # An abort parked on the first KV batch: kv_then_extras stops after it, the other order runs its extra pool too.
+    assert expected_schedules(abort, 1, KV_THEN_EXTRAS) != expected_schedules(abort, 1, EXTRAS_WITH_EACH_BATCH)
+
+
+def test_a_prefix_that_is_no_schedule_counts_nothing():
+    model = ScheduleModel(SCENARIOS["best_effort/2batches"], 1)
+    assert model.count(("check", "check")) == 0 and model.walk(("tick",)) is None
+
+
+def test_an_undeclared_io_order_is_the_default_and_a_bad_one_is_one_line():
+    class Plain:
+        name = "plain"
+
+    class Odd:
+        name = "odd"
+        io_order = "kv_last"
+
+    assert adapter_io_order(Plain()) == KV_THEN_EXTRAS
+    with pytest.raises(ConfigError) as err:
+        adapter_io_order(Odd())
+    message = str(err.value)
+    assert "odd.io_order" in message and "'kv_last'" in message and "extras_with_each_batch" in message and "\n" not in message
+
+
+def test_the_loader_rejects_a_bad_io_order_in_one_line():
+    from caches.adapters import hiradix
+    from conformance.loader import check_adapter
+
+    class BadOrder:
+        def __init__(self) -> None:
+            inner = hiradix()
+            self.name, self.capabilities, self.default_extra_pools = inner.name, inner.capabilities, inner.default_extra_pools
+            self.io_order = "concurrent"
+
+        def create(self, env):
+            raise AssertionError("never created")
+
+    with pytest.raises(ConfigError) as err:
+        check_adapter(BadOrder(), "--cache-impl x:y")
+    assert "--cache-impl x:y io_order" in str(err.value) and "'concurrent'" in str(err.value) and "\n" not in str(err.value)
