@@ -118,11 +118,16 @@ def test_replace_revalidates_and_leaves_the_original_alone():
 # --- registry ---------------------------------------------------------------------------
 
 
-def test_the_registry_names_every_registered_adapter():
-    registered = {ep.name for ep in entry_points(group="hicache_conformance.adapters")}
-    assert set(registry.CACHE_CLASSES) == registered == {"hiradix", "unified_radix", "hi_mamba_radix"}
-    for name in registered:
-        module, cls = registry.CACHE_CLASSES[name].split(":")
+def test_every_registered_adapter_builds_a_registered_cache_and_every_cache_has_one():
+    # An adapter is a cache in one configuration (unified_radix runs in four component mixes).
+    adapters = {ep.name: ep.load()() for ep in entry_points(group="hicache_conformance.adapters")}
+    assert set(registry.CACHE_CLASSES) == {"hiradix", "unified_radix", "hi_mamba_radix"}
+    built = {name: adapter.cache or adapter.name for name, adapter in adapters.items()}
+    assert set(built.values()) == set(registry.CACHE_CLASSES), built
+    assert {n for n, cache in built.items() if cache == "unified_radix"} == {
+        "unified_radix", "unified_radix_swa", "unified_radix_mamba", "unified_radix_indexer_swa"}
+    for cache in set(built.values()):
+        module, cls = registry.CACHE_CLASSES[cache].split(":")
         assert module.startswith("caches.") and cls.endswith("Cache")
 
 
