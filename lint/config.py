@@ -163,10 +163,12 @@ def _implementation(source: str, item: Any) -> Implementation:
                            table.get("sidecar-fields", list(DEFAULT_SIDECAR_FIELDS)),
                            "attribute names holding sidecar transfers or hits", _IDENT)
     io_ended = _string_list(source, "implementations.io-ended", table.get("io-ended", list(DEFAULT_IO_ENDED)),
-                            "attribute or method names true once an operation's IO has ended", _IDENT)
+                            "attribute or method names true once an operation's IO has ended", _IDENT,
+                            allow_empty=True)
     allocation = _string_list(source, "implementations.allocation-fields",
                               table.get("allocation-fields", list(DEFAULT_ALLOCATION_FIELDS)),
-                              "attribute names holding an operation's allocated hit, None before", _IDENT)
+                              "attribute names holding an operation's allocated hit, None before", _IDENT,
+                              allow_empty=True)
     return Implementation(match["path"], match["cls"], match["method"], fenced, guard, commit, sidecar,
                           io_ended, allocation)
 
