@@ -97,18 +97,21 @@ ACK_DRAIN_CONFIG: Table = {"implementations": [{
 class SidecarCommitGuard(MethodRule):
     """Where the configuration puts the pool-transfer check in the commit path
     (`guard = "commit"`, as in SGLang's 0.5.2x UnifiedRadixCache, whose
-    decision votes only the timeout), every sidecar result the commit methods
-    insert into the tree or release to a pool must be used only once
-    `pool_transfers_done` holds: inserting a sidecar hit whose read is still
-    running pairs KV with half-written pages, and releasing its slots lets the
-    read write into memory someone else now owns (the use-after-free of
-    sglang PR #31668). Reported at each unguarded use (a read of a sidecar
-    field, or a call of a helper that makes one), or once when no commit
+    decision votes only the timeout), every sidecar result the commit path
+    (the commit methods, and the same-class helpers and nested functions they
+    call) inserts into the tree or releases to a pool must be handed on in a
+    state where no read of it can still run: once `pool_transfers_done`
+    holds (the commit owns it), at the final ACK on the not-done side (the
+    operation's IO has ended; the drain owns it), or before the operation's
+    hit was allocated (no read ran). Inserting a sidecar hit whose read is
+    still running pairs KV with half-written pages, and releasing its slots
+    lets the read write into memory someone else now owns (the use-after-free
+    of sglang PR #31668). Reported at each such place, or once when no commit
     method checks the flag at all."""
 
     code = "HC108"
     name = "sidecar-commit-guard"
-    summary = "sidecar results committed or released outside a pool_transfers_done check"
+    summary = "sidecar results committed or released while their reads may still run"
     clauses = ("F5", "F3")
 
     VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG), Valid(FINAL_ACK, FINAL_ACK_CONFIG))
