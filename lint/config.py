@@ -19,9 +19,11 @@ SECTION = "hicache-lint"
 DEFAULT_METHODS = ("can_terminate_prefetch",)
 DEFAULT_REDUCE_CALLS = ("all_reduce", "all_reduce_max", "all_reduce_min")
 KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "enable", "disable", "fail-on-warnings")
-IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", "sidecar-fields")
+IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", "sidecar-fields", "io-ended", "allocation-fields")
 GUARD_PLACES = ("decision", "commit")
 DEFAULT_SIDECAR_FIELDS = ("pool_transfers",)
+DEFAULT_IO_ENDED = ("completed_req",)  # SGLang 0.5.2x: the final prefetch ACK
+DEFAULT_ALLOCATION_FIELDS = ("host_indices",)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -55,6 +57,8 @@ class Implementation:
     guard: str = "decision"
     commit: tuple[str, ...] = ()
     sidecar_fields: tuple[str, ...] = DEFAULT_SIDECAR_FIELDS
+    io_ended: tuple[str, ...] = DEFAULT_IO_ENDED
+    allocation_fields: tuple[str, ...] = DEFAULT_ALLOCATION_FIELDS
 
     def __str__(self) -> str:
         return f"{self.path}::{self.class_qualname}.{self.method}"
@@ -120,7 +124,8 @@ def _codes(source: str, key: str, value: Any) -> frozenset[str]:
 
 
 _IMPL_ACCEPTED = ("'path/to/file.py::Class.method' or a table {method = '...', fenced = true, "
-                  "guard = 'decision' | 'commit', commit = ['method', ...], sidecar-fields = ['field', ...]}")
+                  "guard = 'decision' | 'commit', commit = ['method', ...], sidecar-fields = ['field', ...], "
+                  "io-ended = ['attribute', ...], allocation-fields = ['field', ...]}")
 
 
 def _implementations(source: str, value: Any) -> tuple[Implementation, ...]:
@@ -157,7 +162,15 @@ def _implementation(source: str, item: Any) -> Implementation:
     sidecar = _string_list(source, "implementations.sidecar-fields",
                            table.get("sidecar-fields", list(DEFAULT_SIDECAR_FIELDS)),
                            "attribute names holding sidecar transfers or hits", _IDENT)
-    return Implementation(match["path"], match["cls"], match["method"], fenced, guard, commit, sidecar)
+    io_ended = _string_list(source, "implementations.io-ended", table.get("io-ended", list(DEFAULT_IO_ENDED)),
+                            "attribute or method names true once an operation's IO has ended", _IDENT,
+                            allow_empty=True)
+    allocation = _string_list(source, "implementations.allocation-fields",
+                              table.get("allocation-fields", list(DEFAULT_ALLOCATION_FIELDS)),
+                              "attribute names holding an operation's allocated hit, None before", _IDENT,
+                              allow_empty=True)
+    return Implementation(match["path"], match["cls"], match["method"], fenced, guard, commit, sidecar,
+                          io_ended, allocation)
 
 
 def from_table(table: Any, source: str, root: Path, config_path: Optional[Path]) -> Config:

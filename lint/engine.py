@@ -18,6 +18,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from lint import suppress
 from lint.analysis import MethodAnalysis, analyze_method
 from lint.analysis.commit import analyze_commit
+from lint.analysis.commit_state import Signals
 from lint.config import Config
 from lint.findings import FileError, Finding
 from lint.fix import Edits, Fixer, fix_text
@@ -96,7 +97,8 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config,
         impl = config.implementation_for(where, unit.site.class_qualname)
         method.implementation = impl
         if impl is not None and impl.guard == "commit":
-            method.commit = analyze_commit(unit.site.index, impl.commit, impl.sidecar_fields)
+            method.commit = analyze_commit(unit.site.index, impl.commit, impl.sidecar_fields,
+                                           Signals(frozenset(impl.io_ended), frozenset(impl.allocation_fields)))
         methods.append(method)
     return FileAnalysis(source, methods, path)
 

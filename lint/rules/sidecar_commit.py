@@ -56,6 +56,37 @@ class UnifiedRadixCache:
                 self.sidecar_pool(transfer.pool).free(transfer.unused_slots())
 '''
 
+# SGLang 0.5.23's ownership: when pool_transfers_done the commit owns the sidecar;
+# when not, the drain releases it at the final ACK (its IO has ended); an
+# operation whose hit was never allocated ran no read and is released at once.
+FINAL_ACK = '''
+class UnifiedRadixCache:
+    def _can_terminate_prefetch(self, operation):
+        return self._prefetch_timed_out(operation)
+
+    def _drain_control_queues(self, agreed):
+        def drain_prefetch_acks():
+            for ack in self.ack_queue.take(agreed):
+                operation = ack.operation
+                if ack.completed_req:
+                    self.release(operation.host_indices[operation.completed_tokens:],
+                                 operation.pool_transfers if not operation.pool_transfers_done else None)
+
+        drain_prefetch_acks()
+
+    def abort(self, operation):
+        if operation.host_indices is None:
+            self.release(None, operation.pool_transfers)
+            return
+        self.release(operation.host_indices, operation.pool_transfers if operation.pool_transfers_done else None)
+'''
+
+FINAL_ACK_CONFIG: Table = {"implementations": [{
+    "method": f"{EXAMPLE_PATH}::UnifiedRadixCache._can_terminate_prefetch",
+    "guard": "commit",
+    "commit": ["_drain_control_queues", "abort"],
+}]}
+
 ACK_DRAIN_CONFIG: Table = {"implementations": [{
     "method": f"{EXAMPLE_PATH}::UnifiedRadixCache._can_terminate_prefetch",
     "guard": "commit",
@@ -66,21 +97,24 @@ ACK_DRAIN_CONFIG: Table = {"implementations": [{
 class SidecarCommitGuard(MethodRule):
     """Where the configuration puts the pool-transfer check in the commit path
     (`guard = "commit"`, as in SGLang's 0.5.2x UnifiedRadixCache, whose
-    decision votes only the timeout), every sidecar result the commit methods
-    insert into the tree or release to a pool must be used only once
-    `pool_transfers_done` holds: inserting a sidecar hit whose read is still
-    running pairs KV with half-written pages, and releasing its slots lets the
-    read write into memory someone else now owns (the use-after-free of
-    sglang PR #31668). Reported at each unguarded use (a read of a sidecar
-    field, or a call of a helper that makes one), or once when no commit
+    decision votes only the timeout), every sidecar result the commit path
+    (the commit methods, and the same-class helpers and nested functions they
+    call) inserts into the tree or releases to a pool must be handed on in a
+    state where no read of it can still run: once `pool_transfers_done`
+    holds (the commit owns it), at the final ACK on the not-done side (the
+    operation's IO has ended; the drain owns it), or before the operation's
+    hit was allocated (no read ran). Inserting a sidecar hit whose read is
+    still running pairs KV with half-written pages, and releasing its slots
+    lets the read write into memory someone else now owns (the use-after-free
+    of sglang PR #31668). Reported at each such place, or once when no commit
     method checks the flag at all."""
 
     code = "HC108"
     name = "sidecar-commit-guard"
-    summary = "sidecar results committed or released outside a pool_transfers_done check"
+    summary = "sidecar results committed or released while their reads may still run"
     clauses = ("F5", "F3")
 
-    VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG),)
+    VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG), Valid(FINAL_ACK, FINAL_ACK_CONFIG))
     INVALID = (
         # sidecar hits inserted whatever the state of their reads
         Invalid(ACK_DRAIN.replace(
@@ -89,12 +123,12 @@ class SidecarCommitGuard(MethodRule):
             "                hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]\n",
             "        for transfer in operation.pool_transfers:\n"
             "            hits[transfer.pool] = transfer.host_indices[: transfer.completed_pages]\n"),
-            line=25, message="('pool_transfers') outside a pool_transfers_done check", config=ACK_DRAIN_CONFIG),
+            line=26, message="('pool_transfers') outside a pool_transfers_done check", config=ACK_DRAIN_CONFIG),
         # the drain frees sidecar slots while their reads may still run
         Invalid(ACK_DRAIN.replace(
             "            if not operation.pool_transfers_done:\n"
             "                continue  # the sidecar reads are still running: their slots stay owned\n", ""),
-            line=38, config=ACK_DRAIN_CONFIG),
+            line=39, config=ACK_DRAIN_CONFIG),
         # through a helper of the same class
         Invalid(ACK_DRAIN.replace(
             "        hits = {}\n"
@@ -104,11 +138,19 @@ class SidecarCommitGuard(MethodRule):
             "        hits = self._sidecar_hits(operation)\n") + '''
     def _sidecar_hits(self, operation):
         return {t.pool: t.host_indices[: t.completed_pages] for t in operation.pool_transfers}
-''', line=24, message="self._sidecar_hits(...)", config=ACK_DRAIN_CONFIG),
+''', line=41, message="(through _sidecar_hits, called at line 24)", config=ACK_DRAIN_CONFIG),
         # nothing in the commit path looks at the flag
         Invalid(ACK_DRAIN.replace("        if operation.pool_transfers_done:\n", "        if operation.hash_value:\n")
                 .replace("            if not operation.pool_transfers_done:\n", "            if not operation.revoked:\n"),
                 line=21, message="none of", config=ACK_DRAIN_CONFIG),
+        # the final ACK releases the sidecar even when the commit owns it
+        Invalid(FINAL_ACK.replace("operation.pool_transfers if not operation.pool_transfers_done else None",
+                                  "operation.pool_transfers"),
+                line=12, message="(through drain_prefetch_acks, called at line 14) commits or releases sidecar results "
+                                 "('pool_transfers') at the final ACK", config=FINAL_ACK_CONFIG),
+        # an abort releases the sidecar of an operation whose read may be running
+        Invalid(FINAL_ACK.replace("if operation.host_indices is None:", "if operation.revoked:"),
+                line=18, config=FINAL_ACK_CONFIG),
     )
 
     def check(self, method: MethodAnalysis) -> Iterable[Finding]:
@@ -125,11 +167,10 @@ class SidecarCommitGuard(MethodRule):
                                 f"are committed or released whatever the state of their reads")
             return
         for use in path.unguarded:
+            through = f" (through {use.where}, called at line {use.called_at})" if use.where else ""
             yield self._finding(
                 method, cls, use.method, use.line, use.col,
-                f"{cls}.{use.method} commits or releases sidecar results ('{use.what}') outside a "
-                f"pool_transfers_done check: a read still in flight is inserted, or writes into slots "
-                f"already released (sglang PR #31668)")
+                f"{cls}.{use.method}{through} commits or releases sidecar results ('{use.what}') {use.why}")
 
     def _finding(self, method: MethodAnalysis, cls: str, name: str, line: int, col: int, message: str) -> Finding:
         assert method.commit is not None

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 SAMPLE = Path(__file__).resolve().parent / "samples" / "upstream_0_5_2x" / "unified_radix.py.txt"
-COMMIT_ENTRY = ('{method = "unified.py::UnifiedRadixCache._can_terminate_prefetch", guard = "commit", '
-                'commit = ["_handle_prefetch_result", "_drain_prefetch_acks"]}')
+COMMIT_METHODS = '["_handle_prefetch_result", "_drain_storage_control_queues", "release_aborted_request"]'
+SIDECARS = '["pool_transfers", "comp_xfers"]'
+
+
+def commit_entry(extra: str = "") -> str:
+    return ('{method = "unified.py::UnifiedRadixCache._can_terminate_prefetch", guard = "commit", '
+            f'commit = {COMMIT_METHODS}, sidecar-fields = {SIDECARS}{extra}}}')
+
+
+COMMIT_ENTRY = commit_entry()
 DECISION_ENTRY = '"unified.py::UnifiedRadixCache._can_terminate_prefetch"'
 
 HANDLE_GATE = (
@@ -17,10 +25,69 @@ HANDLE_GATE = (
     "            sidecar_hits = {t.pool: t.host_indices[: t.completed_pages] for t in operation.pool_transfers}\n")
 HANDLE_UNGATED = (
     "        sidecar_hits = {t.pool: t.host_indices[: t.completed_pages] for t in operation.pool_transfers}\n")
-DRAIN_GATE = (
-    "            if not done:\n"
-    "                self.prefetch_acks.append(operation)  # its sidecar reads are still running\n"
-    "                continue\n")
+FINAL_ACK_RELEASE = "operation.pool_transfers if not operation.pool_transfers_done else None,"
+FINAL_ACK_SIGNAL = "                if not ack.completed_req:\n                    continue\n"
+ABORT_RELEASE = ("            [t for group in pending.comp_xfers.values() for t in group]\n"
+                 "            if pending.operation.pool_transfers_done\n"
+                 "            else None,\n")
+ABORT_BEFORE_ALLOCATION = "        if pending.operation.host_indices is None:\n"
+PARK_OR_RUN = "                if not allocate_hit(operation):\n                    self.parked_hits.append(operation)\n"
+FINAL_ACK_CALL = (
+    "                controller.release_host(\n"
+    "                    operation.host_indices[operation.completed_tokens :],\n"
+    "                    operation.pool_transfers if not operation.pool_transfers_done else None,\n"
+    "                )\n")
+ABORT_CALL = (
+    "        self._retire(\n"
+    "            request,\n"
+    "            pending.host_indices[:completed_tokens],\n" + ABORT_RELEASE + "        )\n")
+
+# (what was removed or changed, old text, new text, line of the one finding, fragment of its message)
+INVALID = [
+    ("the commit inserts sidecar hits whatever the state of their reads", HANDLE_GATE, HANDLE_UNGATED, 70,
+     "UnifiedRadixCache._handle_prefetch_result commits or releases sidecar results ('pool_transfers') outside"),
+    ("the discard path (a helper called from an if condition) releases pending sidecars",
+     "            transfers if operation.pool_transfers_done else None,\n", "            transfers,\n", 87,
+     "UnifiedRadixCache._handle_prefetch_result (through _sidecars_cover, called at line 65) commits or releases sidecar results "
+     "('pool_transfers') outside"),
+    ("the abort releases comp_xfers whatever the state of their reads", ABORT_RELEASE,
+     "            [t for group in pending.comp_xfers.values() for t in group],\n", 104,
+     "UnifiedRadixCache.release_aborted_request commits or releases sidecar results ('comp_xfers') outside"),
+    ("the final ACK (a nested function) releases the sidecar even when the commit owns it", FINAL_ACK_RELEASE,
+     "operation.pool_transfers,", 165,
+     "UnifiedRadixCache._drain_storage_control_queues (through drain_prefetch_acks, called at line 169) commits or releases "
+     "sidecar results ('pool_transfers') at the final ACK without a pool_transfers_done check"),
+    ("the drain releases pending sidecars before the final ACK", FINAL_ACK_SIGNAL, "", 163,
+     "('pool_transfers') while pool transfers are pending and before their IO ended"),
+    ("the abort revokes an operation whose hit was allocated", ABORT_BEFORE_ALLOCATION,
+     "        if pending.operation.is_terminated():\n", 113,
+     "UnifiedRadixCache.release_aborted_request (through revoke_pending_prefetch, called at line 98) commits or releases sidecar "
+     "results ('comp_xfers') outside"),
+    ("the drain revokes after the allocation started a read", PARK_OR_RUN,
+     PARK_OR_RUN + "                elif operation.is_terminated():\n"
+                   "                    self.revoke_pending_prefetch(operation.request)\n", 113,
+     "UnifiedRadixCache._drain_storage_control_queues (through revoke_pending_prefetch, called at line 151)"),
+]
+
+VALID = [
+    ("the final ACK's release as an if statement", FINAL_ACK_CALL,
+     "                if not operation.pool_transfers_done:\n"
+     "                    controller.release_host(operation.host_indices[operation.completed_tokens :],\n"
+     "                                            operation.pool_transfers)\n"
+     "                else:\n"
+     "                    controller.release_host(operation.host_indices[operation.completed_tokens :], None)\n"),
+    ("the abort returns early when the transfers are pending", ABORT_CALL,
+     "        if not pending.operation.pool_transfers_done:\n"
+     "            self._retire(request, pending.host_indices[:completed_tokens], None)\n"
+     "            return\n"
+     "        sidecars = [t for group in pending.comp_xfers.values() for t in group]\n"
+     "        self._retire(request, pending.host_indices[:completed_tokens], sidecars)\n"),
+    ("the drain revokes a parked hit before allocating it", PARK_OR_RUN,
+     "                if operation.is_terminated():\n"
+     "                    self.revoke_pending_prefetch(operation.request)\n"
+     "                elif not allocate_hit(operation):\n"
+     "                    self.parked_hits.append(operation)\n"),
+]
 
 
 @pytest.fixture
@@ -40,10 +107,45 @@ def codes(proc) -> list[str]:
     return [line.split()[1] for line in proc.stdout.splitlines()]
 
 
+def changed(old: str, new: str) -> str:
+    text = SAMPLE.read_text()
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
 def test_the_sample_is_clean_when_the_check_is_configured_in_the_commit_path(checkout, run_cli):
     for args in (["--repo"], ["unified.py"]):
         proc = run_cli(*args, cwd=checkout())
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), args
+
+
+@pytest.mark.parametrize("case, old, new", VALID, ids=[v[0] for v in VALID])
+def test_other_correct_spellings_are_clean(checkout, run_cli, case, old, new):
+    proc = run_cli("--repo", cwd=checkout(text=changed(old, new)))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), case
+
+
+@pytest.mark.parametrize("case, old, new, line, message", INVALID, ids=[v[0] for v in INVALID])
+def test_each_unsafe_change_is_one_finding_at_its_line(checkout, run_cli, case, old, new, line, message):
+    text = changed(old, new)
+    proc = run_cli("--repo", cwd=checkout(text=text))
+    assert proc.returncode == 1, (case, proc.stdout, proc.stderr)
+    (finding,) = proc.stdout.splitlines()
+    assert finding.startswith(f"unified.py:{line}:"), (case, finding)
+    assert f" HC108 " in finding and message in finding, (case, finding)
+
+
+def test_the_final_ack_and_the_allocation_are_configured_names(checkout, run_cli):
+    renamed = SAMPLE.read_text().replace("ack.completed_req", "ack.io_finished")
+    assert (run_cli("--repo", cwd=checkout(commit_entry(', io-ended = ["io_finished"]'), renamed)).stdout == "")
+    # under the default name the drain's release is no longer known to follow the final ACK
+    proc = run_cli("--repo", cwd=checkout(text=renamed))
+    (finding,) = proc.stdout.splitlines()
+    assert finding.startswith("unified.py:165:") and "before their IO ended" in finding
+    # with another allocation field, nothing shows that a revoke runs before the read
+    proc = run_cli("--repo", cwd=checkout(commit_entry(', allocation-fields = ["kv_slots"]')))
+    (finding,) = proc.stdout.splitlines()
+    assert finding.startswith("unified.py:113:") and "(through revoke_pending_prefetch, called at line " in finding
 
 
 def test_without_the_configuration_the_decision_method_is_judged_as_if_it_held_the_guard(checkout, run_cli):
@@ -57,26 +159,8 @@ def test_without_the_configuration_the_decision_method_is_judged_as_if_it_held_t
     assert run_cli("unified.py", cwd=plain).stdout == ""
 
 
-def test_an_unguarded_sidecar_commit_is_reported_where_it_happens(checkout, run_cli):
-    text = SAMPLE.read_text()
-    assert HANDLE_GATE in text
-    proc = run_cli("--repo", cwd=checkout(text=text.replace(HANDLE_GATE, HANDLE_UNGATED)))
-    assert proc.returncode == 1
-    (line,) = proc.stdout.splitlines()
-    assert line.startswith("unified.py:63:")
-    assert " HC108 UnifiedRadixCache._handle_prefetch_result commits or releases sidecar results " in line
-
-
-def test_an_unguarded_release_in_the_drain_is_reported(checkout, run_cli):
-    text = SAMPLE.read_text()
-    assert DRAIN_GATE in text
-    proc = run_cli("--repo", cwd=checkout(text=text.replace(DRAIN_GATE, "")))
-    (line,) = proc.stdout.splitlines()
-    assert " HC108 UnifiedRadixCache._drain_prefetch_acks " in line
-
-
 def test_a_suppression_on_the_commit_method_silences_it(checkout, run_cli):
-    text = SAMPLE.read_text().replace(HANDLE_GATE, HANDLE_UNGATED).replace(
+    text = changed(HANDLE_GATE, HANDLE_UNGATED).replace(
         "    def _handle_prefetch_result(self, operation) -> None:\n",
         "    # hicache-lint: ignore[HC108] reason: sidecars here are read-only mirrors\n"
         "    def _handle_prefetch_result(self, operation) -> None:\n")
@@ -85,9 +169,9 @@ def test_a_suppression_on_the_commit_method_silences_it(checkout, run_cli):
 
 
 def test_a_missing_commit_method_is_a_configuration_error(checkout, run_cli):
-    entry = COMMIT_ENTRY.replace("_drain_prefetch_acks", "_drain_acks")
+    entry = COMMIT_ENTRY.replace("_drain_storage_control_queues", "_drain_queues")
     proc = run_cli("--repo", cwd=checkout(entry))
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "unified.py: error: implementation 'unified.py::UnifiedRadixCache._can_terminate_prefetch': "
-        "class UnifiedRadixCache has no commit method _drain_acks"]
+        "class UnifiedRadixCache has no commit method _drain_queues"]

@@ -73,6 +73,11 @@ def test_no_config_found_gives_defaults(tmp_path):
         ('implementations = [{method = "a.py::A.m", fenced = 1}]\n', ["fenced = 1", "true or false"]),
         ('implementations = [{method = "a.py::A.m", guard = "commit"}]\n', ["guard = 'commit' needs commit"]),
         ('implementations = [{method = "a.py::A.m", guard = "vote"}]\n', ["guard = 'vote'", "decision, commit"]),
+        ('implementations = [{method = "a.py::A.m", guard = "commit", commit = ["c"], io-ended = "completed_req"}]\n',
+         ["implementations.io-ended = 'completed_req'", "list of strings", "true once an operation's IO has ended"]),
+        ('implementations = [{method = "a.py::A.m", guard = "commit", commit = ["c"], allocation-fields = ["a b"]}]\n',
+         ["implementations.allocation-fields", "'a b'", "attribute names holding an operation's allocated hit"]),
+        ('implementations = [{method = "a.py::A.m", io_ended = ["x"]}]\n', ["unknown key 'io_ended'", "io-ended"]),
         ('implementations = [{fenced = true}]\n', ["{'fenced': True}", "path/to/file.py::Class.method"]),
         ('implementations = "a.py::A.m"\n', ["implementations = 'a.py::A.m'", "expected a list"]),
         ("disable = 3\n", ["disable = 3", "rule codes"]),
@@ -97,13 +102,16 @@ def test_implementation_tables(tmp_path):
         '    "a.py::A.can_terminate_prefetch",\n'
         '    {method = "b.py::B.can_terminate_prefetch", fenced = true},\n'
         '    {method = "c.py::C._can_terminate_prefetch", guard = "commit", commit = ["_handle_prefetch_result"]},\n'
+        '    {method = "d.py::D.m", guard = "commit", commit = ["c"], io-ended = [], allocation-fields = ["kv"]},\n'
         ']\n'))
     config = config_mod.load_file(path)
     assert config.fail_on_warnings is True
-    a, b, c = config.implementations
+    a, b, c, d = config.implementations
     assert (a.fenced, a.guard, a.commit) == (False, "decision", ())
     assert (b.fenced, str(b)) == (True, "b.py::B.can_terminate_prefetch")
     assert (c.guard, c.commit, c.sidecar_fields) == ("commit", ("_handle_prefetch_result",), ("pool_transfers",))
+    assert (c.io_ended, c.allocation_fields) == (("completed_req",), ("host_indices",))
+    assert (d.io_ended, d.allocation_fields) == ((), ("kv",))  # an implementation without a final ACK signal
     assert config.implementation_for(tmp_path / "b.py", "B") == b
     assert config.implementation_for(tmp_path / "b.py", "A") is None
     assert config.implementation_for(tmp_path / "sub" / "b.py", "B") is None

@@ -1,0 +1,75 @@
+"""HC108's verdict on SGLang 0.5.2x's real UnifiedRadixCache, read from a user's checkout.
+
+Runs only when HICACHE_SGLANG_0523 names a source tree of the 0.5.2x line
+(the `python/` folder of a checkout, or the checkout itself); nothing of it is
+kept here. The file is linted as it is (no finding) and with each of its three
+`pool_transfers_done` checks removed in turn (one HC108 at that check's line):
+the final ACK's release in the drain's nested function, the discard path of
+the helper `_handle_prefetch_result` calls in a condition, and the abort's
+release of `comp_xfers`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ENV = "HICACHE_SGLANG_0523"
+RELATIVE = Path("sglang", "srt", "mem_cache", "unified_radix_cache.py")
+ENTRY = ('{method = "unified_radix_cache.py::UnifiedRadixCache._can_terminate_prefetch", guard = "commit", '
+         'commit = ["_handle_prefetch_result", "_drain_storage_control_queues_impl", "release_aborted_request"], '
+         'sidecar-fields = ["pool_transfers", "comp_xfers"]}')
+
+# each check, as a pattern whose group 1 is the sidecar value it gates (kept when the check goes)
+CHECKS = {
+    "final ACK release (nested in _drain_storage_control_queues_impl)": (
+        r"(operation\.pool_transfers)\s+if not operation\.pool_transfers_done\s+else None",
+        "(through _drain_ack_prefetch, called at line ", "at the final ACK without a pool_transfers_done check"),
+    "discard path (_check_hybrid_prefetch_result, called in a condition)": (
+        r"(pool_transfers) if operation\.pool_transfers_done else None",
+        "UnifiedRadixCache._handle_prefetch_result (through _check_hybrid_prefetch_result, called at line ",
+        "outside a pool_transfers_done check"),
+    "abort release of comp_xfers (release_aborted_request)": (
+        r"(\[x for xfers in info\.comp_xfers\.values\(\) for x in xfers\])\s+"
+        r"if info\.operation\.pool_transfers_done\s+else None",
+        "UnifiedRadixCache.release_aborted_request commits or releases sidecar results ('comp_xfers')",
+        "outside a pool_transfers_done check"),
+}
+
+
+@pytest.fixture(scope="module")
+def upstream_source() -> str:
+    tree = os.environ.get(ENV)
+    if not tree:
+        pytest.skip(f"{ENV} is not set: give a SGLang 0.5.2x source tree to check HC108 on upstream's own file")
+    for base in (Path(tree), Path(tree) / "python"):
+        if (base / RELATIVE).is_file():
+            return (base / RELATIVE).read_text()
+    pytest.fail(f"{ENV}={tree}: no {RELATIVE} under it or under its python/ folder")
+
+
+def lint(run_cli, tmp_path: Path, text: str):
+    (tmp_path / "unified_radix_cache.py").write_text(text)
+    (tmp_path / "pyproject.toml").write_text(f"[tool.hicache-lint]\nimplementations = [{ENTRY}]\n")
+    return run_cli("--repo", cwd=tmp_path)
+
+
+def test_the_unmodified_file_is_clean(upstream_source, run_cli, tmp_path):
+    proc = lint(run_cli, tmp_path, upstream_source)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_removing_one_check_is_reported_at_its_line(upstream_source, run_cli, tmp_path, check):
+    pattern, where, why = CHECKS[check]
+    (match,) = re.finditer(pattern, upstream_source)  # the check is there, once
+    line = upstream_source.count("\n", 0, match.start()) + 1
+    proc = lint(run_cli, tmp_path, upstream_source[:match.start()] + match.group(1) + upstream_source[match.end():])
+    assert proc.returncode == 1, proc.stderr
+    (finding,) = proc.stdout.splitlines()
+    col = match.start() - upstream_source.rfind("\n", 0, match.start())
+    assert finding.startswith(f"unified_radix_cache.py:{line}:{col}: HC108 "), finding
+    assert where in finding and why in finding, finding
