@@ -529,7 +529,7 @@ class _Run:
         assert_decisions_conform(self.trace, s.termination)  # a wrong vote first: what follows from it is not L1's
         if s.policy == "wait_complete" and self.aborts == 0:
             assert self.committed == s.tokens, f"L1: wait_complete committed {self.committed} of {s.tokens} tokens although every IO succeeded"
-        loaded = check_outcome(cache, self.trace, s.termination, tokens, data, self.committed)
+        loaded = _check_committed_outcome(cache, self.trace, s.termination, tokens, data, self.committed)
         self._loaded_tokens = loaded.tokens
 
 
@@ -554,8 +554,13 @@ def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, t
     accounting, and that evict_all then leaves nothing allocated (F8, S3).
     Returns what was loaded.
     """
-    ps = config.page_size
     assert_decisions_conform(trace, config)
+    return _check_committed_outcome(cache, trace, config, tokens, data, committed)
+
+
+def _check_committed_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, tokens: Sequence[int], data: Mapping[str, Any], committed: int) -> Any:
+    """check_outcome once the decisions are known to conform (a run checks them before its L1 check)."""
+    ps = config.page_size
     assert 0 <= committed <= len(tokens) and committed % ps == 0, (
         f"committed {committed} tokens: not a whole number of pages within the {len(tokens)} requested"
     )

@@ -125,7 +125,7 @@ def assert_loaded_writes(cache, loaded, writes: Mapping[int, Mapping[str, torch.
                 raise AssertionError(f"F10: {name}: a {loaded.tokens}-token match was served without its window")
             start = max(loaded.tokens - pool.window_tokens, 0)  # F10: only the window before the match end
             got, want = loaded.data[name], longest[name][start : loaded.tokens]
-            if tuple(got.shape) != tuple(want.shape) or not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+            if not same_bytes(got, want):
                 raise AssertionError(f"S5: pool {name}: the window's loaded bytes differ from the stored rows {start}..{loaded.tokens}")
             continue
         got = loaded.data[name][: loaded.tokens]

@@ -130,9 +130,14 @@ def decide(states: Sequence[DecisionState]) -> bool:
     policies = {s.policy for s in states}
     if len(policies) != 1:
         raise ConfigError("policy", sorted(p.value for p in policies), "the same policy on every rank")
-    if states[0].policy is Policy.BEST_EFFORT:
+    return decide_cast(states[0].policy, [local_vote(s) for s in states], [s.terminated for s in states])
+
+
+def decide_cast(policy: Policy, votes: Sequence[bool], terminated: Sequence[bool]) -> bool:
+    """The decision from the votes the ranks cast: best_effort terminates at once (D1), the others combine (X1)."""
+    if policy is Policy.BEST_EFFORT:
         return True
-    return combine([local_vote(s) for s in states], [s.terminated for s in states])
+    return combine(votes, terminated)
 
 
 # --- the decision space, enumerated -----------------------------------------

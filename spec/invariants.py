@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from spec.config import Policy, TerminationConfig
-from spec.decision import VOTE_COLLECTIVE, collectives_per_check, combine, local_vote, vote_clause
+from spec.decision import VOTE_COLLECTIVE, collectives_per_check, decide_cast, local_vote, vote_clause
 from spec.errors import ConfigError
 from spec.groups import group_members
 from spec.timeout import is_timed_out, timeout_budget
@@ -306,10 +306,8 @@ def check_x1(ctx: CheckContext) -> Iterator[Violation]:
         if len(by_rank) < len(ctx.traces) or any(v.state is None for v in by_rank.values()):
             continue
         ranks = sorted(by_rank)
-        if by_rank[ranks[0]].state.policy is Policy.BEST_EFFORT:
-            expected = True
-        else:
-            expected = combine([bool(by_rank[r].value) for r in ranks], [by_rank[r].state.terminated for r in ranks])
+        expected = decide_cast(by_rank[ranks[0]].state.policy, [bool(by_rank[r].value) for r in ranks],
+                               [by_rank[r].state.terminated for r in ranks])
         for rank, vote in by_rank.items():
             got = rank in terminates.get((op, step), {})
             if got != expected:

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from spec.config import Policy
-from spec.decision import DecisionState, combine, decide, enumerate_states, local_vote, vote_clause
+from spec.decision import DecisionState, decide, decide_cast, enumerate_states, local_vote, vote_clause
 
 
 class GuardShape(str, Enum):
@@ -50,9 +50,7 @@ def upstream_vote(state: DecisionState, shape: GuardShape) -> bool:
 
 def upstream_decision(state: DecisionState, shape: GuardShape) -> bool:
     """One rank's decision under upstream's shape (the same MAX combine)."""
-    if state.policy is Policy.BEST_EFFORT:
-        return True
-    return combine([upstream_vote(state, shape)], [state.terminated])
+    return decide_cast(state.policy, [upstream_vote(state, shape)], [state.terminated])
 
 
 class Deviation(NamedTuple):
@@ -70,7 +68,7 @@ def deviations(shape: GuardShape, page_size: int = 4) -> Iterator[Deviation]:
         ours, theirs = local_vote(state), upstream_vote(state, shape)
         if ours != theirs:
             yield Deviation(state, vote_clause(state), ours, theirs,
-                            combine([ours], [state.terminated]) if state.policy.uses_collective else True,
+                            decide_cast(state.policy, [ours], [state.terminated]),
                             upstream_decision(state, shape))
 
 

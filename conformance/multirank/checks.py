@@ -7,7 +7,7 @@ the scenario conforms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
@@ -42,11 +42,15 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
 
 def rank_errors(outcome: ScenarioOutcome) -> list[str]:
     """Each distinct error once, with the ranks that raised it (a deviation every rank found is one finding)."""
+    return once_per_error((r.rank, f"failed at {r.phase}: {r.error}") for r in outcome.ranks if r.error)
+
+
+def once_per_error(errors: Iterable[tuple[int, str]]) -> list[str]:
+    """(rank, error) pairs as one line per distinct error, naming the ranks that raised it, in first-seen order."""
     by_error: dict[str, list[int]] = {}
-    for r in outcome.ranks:
-        if r.error:
-            by_error.setdefault(f"at {r.phase}: {r.error}", []).append(r.rank)
-    return [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} failed {error}" for error, ranks in by_error.items()]
+    for rank, error in errors:
+        by_error.setdefault(error, []).append(rank)
+    return [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} {error}" for error, ranks in by_error.items()]
 
 
 def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:

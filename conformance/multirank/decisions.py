@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from spec.config import Policy
-from spec.decision import DecisionState, combine, local_vote, vote_clause
+from spec.decision import DecisionState, decide_cast, local_vote, pool_state, vote_clause
 
 
 class DecisionDeviation(AssertionError):
@@ -39,9 +39,8 @@ class CheckDecision:
 
 
 def describe(state: DecisionState) -> str:
-    pools = "absent" if not state.pool_transfers_present else ("done" if state.pool_transfers_done else "pending")
     return (f"{state.policy.value}, hit {state.hit_pages} pages, completed {state.completed_tokens} tokens, "
-            f"{'timed out' if state.timed_out else 'not timed out'}, pool transfers {pools}, "
+            f"{'timed out' if state.timed_out else 'not timed out'}, pool transfers {pool_state(state)}, "
             f"{'terminated' if state.terminated else 'not terminated'}")
 
 
@@ -72,10 +71,7 @@ def decision_problems(label: str, op: str, by_rank: Mapping[int, CheckDecision])
     if problems:
         return problems  # the decisions follow from that vote: not X1's failure too
     neutral = len(by_rank) - len(tracked)  # untracked ranks contribute [vote yes, terminated]
-    if next(iter(tracked.values())).state.policy is Policy.BEST_EFFORT:
-        expected = True
-    else:
-        expected = combine([d.vote for d in tracked.values()] + [True] * neutral,
+    expected = decide_cast(next(iter(tracked.values())).state.policy, [d.vote for d in tracked.values()] + [True] * neutral,
                            [d.state.terminated for d in tracked.values()] + [True] * neutral)
     wrong = {rank: d.decided for rank, d in tracked.items() if d.decided != expected}
     if not wrong:

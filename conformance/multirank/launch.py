@@ -31,7 +31,7 @@ import torch
 
 from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
 from conformance.loader import load_factory
-from conformance.multirank.checks import same_usable_prefix_problems, scenario_problems
+from conformance.multirank.checks import once_per_error, same_usable_prefix_problems, scenario_problems
 from conformance.multirank.decisions import DecisionDeviation
 from conformance.multirank.processes import RankProcesses
 from conformance.multirank.scenarios import SCENARIOS
@@ -258,12 +258,7 @@ def launch(
     fatal = [f"rank {rank}: {res['fatal']}" for rank, res in enumerate(results) if res["fatal"]]
     crashed = [f"rank {rank} exited with code {p.exitcode}" for rank, p in enumerate(procs) if p.exitcode not in (0, None) and not results[rank]["fatal"]]
     if hang:
-        by_error: dict[str, list[int]] = {}
-        for res in results:
-            for r in res["scenarios"]:
-                if r.error:
-                    by_error.setdefault(f"{r.scenario} at {r.phase}: {r.error}", []).append(r.rank)
-        errors = [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} {error}" for error, ranks in by_error.items()]
+        errors = once_per_error((r.rank, f"{r.scenario} at {r.phase}: {r.error}") for res in results for r in res["scenarios"] if r.error)
         deviations = [e for e in errors if f": {DecisionDeviation.__name__}: " in e]
         if deviations:
             # A peer then waits for what the deviating rank never does: the hang is a consequence, not a finding.
