@@ -288,7 +288,7 @@ class Linter:
         result: Optional[tuple[str, FileAnalysis, list[str], set[str]]] = None
         for _ in range(3):
             plans, declined = self._plans(analysis, fixer, skip)
-            new_text = fix_text(source.text, source.lines, plans) if plans else None
+            new_text = fix_text(source.lines, plans) if plans else None
             if new_text is None or new_text == source.text:
                 notes.extend(declined)
                 break
