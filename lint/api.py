@@ -35,13 +35,12 @@ def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = Non
 def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixability: bool = False) -> Result:
     """Lint the configured implementations; drift is compared among them only."""
     linter = Linter(config, fix=fix, diff=diff, fixability=fixability)
+    where = display_path(config.source) if config.source else "pyproject.toml"
     if not config.implementations:
-        where = display_path(config.source) if config.source else "pyproject.toml"
         linter.result.errors.append(FileError(
             where, "[tool.hicache-lint] implementations is empty or missing; --repo needs "
                    "entries like 'caches/x.py::Class.can_terminate_prefetch'"))
         return linter.finish()
-    where = display_path(config.source) if config.source else "pyproject.toml"
     by_file: dict[Path, list] = {}
     for impl in config.implementations:
         by_file.setdefault(config.root / impl.path, []).append(impl)
@@ -69,11 +68,10 @@ def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixabili
                 linter.result.errors.append(FileError(where, f"implementation '{impl}': {site} in {display}"))
             else:
                 wanted.append(site)
-        others = [s for s in find_methods(source.tree, linter.method_names)
-                  if (s.class_qualname, s.method) not in {(w.class_qualname, w.method) for w in wanted}]
+        keys = {(w.class_qualname, w.method) for w in wanted}
+        others = [s for s in find_methods(source.tree, linter.method_names) if (s.class_qualname, s.method) not in keys]
         analysis = linter.lint_text(source.text, display, sites=wanted + others, path=path, source=source)
         if analysis is not None:
-            keys = {(w.class_qualname, w.method) for w in wanted}
             group.extend(m for m in analysis.methods if (m.site.class_qualname, m.site.method) in keys)
     return linter.finish(group=group)
 

@@ -8,7 +8,7 @@ written, and a method's fix is kept only if it leaves no error behind.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
@@ -141,11 +141,20 @@ def _live(method: MethodAnalysis, analysis: FileAnalysis, config: Config) -> lis
                           [(method.path, method.site, analysis.source.lines)], config)
 
 
+def _merged(per_file: Iterable[dict[Kind, list[Read]]]) -> dict[Kind, list[Read]]:
+    """Reads of several files, kind by kind, in file order."""
+    merged: dict[Kind, list[Read]] = {}
+    for reads_by_kind in per_file:
+        for kind, reads in reads_by_kind.items():
+            merged.setdefault(kind, []).extend(reads)
+    return merged
+
+
 class Linter:
     """Collects per-file analyses; `finish` fixes, runs group rules and suppressions."""
 
-    def __init__(self, config: Config, fix: bool = False, extra_methods: Iterable[str] = (),
-                 skip_empty: bool = False, diff: bool = False, fixability: bool = True) -> None:
+    def __init__(self, config: Config, fix: bool = False, skip_empty: bool = False, diff: bool = False,
+                 fixability: bool = True) -> None:
         self.config = config
         # whether findings say if --fix would fix them (a planned fix, re-linted); costs a re-lint
         self.fixability = fixability
@@ -154,7 +163,7 @@ class Linter:
         self.skip_empty = skip_empty
         self.result = Result(fail_on_warnings=config.fail_on_warnings)
         self.analyses: list[FileAnalysis] = []
-        names = set(config.methods) | set(extra_methods) | {i.method for i in config.implementations}
+        names = set(config.methods) | {i.method for i in config.implementations}
         self.method_names = frozenset(names)
         self.needles = [n.encode() for n in sorted(names)]
         self.seen: list[Path] = []  # every file read, for fix evidence beyond the linted methods
@@ -227,26 +236,17 @@ class Linter:
     def _run_reads(self) -> dict[Kind, list[Read]]:
         """Pool-field reads in every file of the run (computed once)."""
         if self._run_reads_cache is None:
-            merged: dict[Kind, list[Read]] = {}
             parsed = {a.path for a in self.analyses}
-            for analysis in self.analyses:
-                for kind, reads in tree_reads(analysis.source.tree, analysis.source.lines).items():
-                    merged.setdefault(kind, []).extend(reads)
-            for path in self.seen:
-                if path not in parsed:
-                    for kind, reads in file_reads(path).items():
-                        merged.setdefault(kind, []).extend(reads)
-            self._run_reads_cache = merged
+            self._run_reads_cache = _merged(
+                [tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
+                + [file_reads(path) for path in self.seen if path not in parsed])
         return self._run_reads_cache
 
     def _configured_reads(self) -> dict[Kind, list[Read]]:
         """Pool-field reads in the configured implementations' files (computed once)."""
         if self._configured_reads_cache is None:
-            merged: dict[Kind, list[Read]] = {}
-            for path in sorted({self.config.root / i.path for i in self.config.implementations}):
-                for kind, reads in file_reads(path).items():
-                    merged.setdefault(kind, []).extend(reads)
-            self._configured_reads_cache = merged
+            self._configured_reads_cache = _merged(
+                file_reads(path) for path in sorted({self.config.root / i.path for i in self.config.implementations}))
         return self._configured_reads_cache
 
     def _evidence(self, analysis: FileAnalysis) -> Evidence:
@@ -288,7 +288,7 @@ class Linter:
         result: Optional[tuple[str, FileAnalysis, list[str], set[str]]] = None
         for _ in range(3):
             plans, declined = self._plans(analysis, fixer, skip)
-            new_text = fix_text(source.text, source.lines, plans) if plans else None
+            new_text = fix_text(source.lines, plans) if plans else None
             if new_text is None or new_text == source.text:
                 notes.extend(declined)
                 break
@@ -428,12 +428,13 @@ class Linter:
             owner = owners.get((finding.path, finding.method))
             if finding.code in FIXABLE_CODES and owner is not None:
                 method, analysis = owner
-                fixer = fixers.setdefault(id(analysis), self._fixer_for(analysis))
+                if id(analysis) not in fixers:
+                    fixers[id(analysis)] = self._fixer_for(analysis)
+                fixer = fixers[id(analysis)]
                 plan = fixer.plan_one(method, finding, analysis.path or Path(analysis.source.display))
                 if id(method) not in survives and isinstance(plan, Edits):
                     survives[id(method)] = self._fix_survives(method, analysis, fixer)
                 if isinstance(plan, Edits) and not plan.empty() and survives[id(method)]:
-                    finding = Finding(finding.path, finding.line, finding.col, finding.code, finding.message,
-                                      finding.method, finding.method_line, True)
+                    finding = replace(finding, fixable=True)
             out.append(finding)
         return out

@@ -123,9 +123,10 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
     guards = find_guards(parsed, body, roles, reduce)
     guard = best_guard(guards)
     policies = shape.find_policies(body)
+    kinds = shape.payload(reduce, roles)
     feats = shape.features(
-        def_line, policies, guard, shape.find_combine(body, roles, reduce, def_line), reduce,
-        shape.payload(reduce, roles), shape.find_timeout_cap(body, parsed.site.index, def_line))
+        def_line, policies, guard, shape.find_combine(body, roles, reduce, kinds, def_line), reduce,
+        kinds, shape.find_timeout_cap(body, parsed.site.index, def_line))
     return MethodAnalysis(parsed, path, lines or [], roles_pass.skip_reason(func, parsed.site.method),
                           body, roles, reduce, guards, guard, find_inert_checks(body, roles, guards),
                           policies, feats)

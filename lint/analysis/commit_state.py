@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
-DONE = "pool_transfers_done"
+from lint.analysis.roles import DONE
 
 
 @dataclass(frozen=True)

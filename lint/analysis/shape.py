@@ -84,9 +84,9 @@ def _slot_kind(kinds: list[str], index: int) -> str:
 class _Classifier:
     """Roles an expression carries: "vote", "terminated" (through reduce slots and locals)."""
 
-    def __init__(self, body: Body, roles: Roles, reduce: Optional[ReduceSite]) -> None:
-        self.body, self.roles, self.reduce = body, roles, reduce
-        self.kinds = payload(reduce, roles)
+    def __init__(self, body: Body, roles: Roles, reduce: Optional[ReduceSite],
+                 kinds: Optional[list[str]]) -> None:
+        self.body, self.roles, self.reduce, self.kinds = body, roles, reduce, kinds
 
     def __call__(self, expr: cst.BaseExpression, seen: Optional[set[str]] = None) -> set[str]:
         seen = set() if seen is None else seen
@@ -118,8 +118,10 @@ class _Classifier:
         return found
 
 
-def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], def_line: int) -> tuple[str, int]:
-    classify = _Classifier(body, roles, reduce)
+def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], kinds: Optional[list[str]],
+                 def_line: int) -> tuple[str, int]:
+    """How the vote is combined with "already terminated"; `kinds` is the reduce payload, normalized."""
+    classify = _Classifier(body, roles, reduce, kinds)
     vote = roles.vote
     combined = "vote OR any-terminated"
     for rec in body.recs:

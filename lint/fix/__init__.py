@@ -61,7 +61,7 @@ class Fixer:
         return reason
 
 
-def fix_text(text: str, lines: list[str], plans: list[tuple[MethodAnalysis, Edits]]) -> Optional[str]:
+def fix_text(lines: list[str], plans: list[tuple[MethodAnalysis, Edits]]) -> Optional[str]:
     """The file's new text with every method's edits applied (None: nothing changed)."""
     whole_module: Optional[cst.Module] = None
     whole_edits = Edits()

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import libcst as cst
 
+from lint.analysis.roles import DONE
 from lint.cstutil import dotted_name, walk
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
 
-DONE = "pool_transfers_done"
 POOL_PREFIX = "pool_transfers"
 
 # What an object is, independent of its local name: the operation parameter

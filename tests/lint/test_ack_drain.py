@@ -132,7 +132,7 @@ def test_each_unsafe_change_is_one_finding_at_its_line(checkout, run_cli, case, 
     assert proc.returncode == 1, (case, proc.stdout, proc.stderr)
     (finding,) = proc.stdout.splitlines()
     assert finding.startswith(f"unified.py:{line}:"), (case, finding)
-    assert f" HC108 " in finding and message in finding, (case, finding)
+    assert " HC108 " in finding and message in finding, (case, finding)
 
 
 def test_the_final_ack_and_the_allocation_are_configured_names(checkout, run_cli):

@@ -12,8 +12,6 @@ from lint.api import fix_source, lint_paths, lint_source
 from lint.config import Config, from_table
 from lint.rules.base import fenced
 
-FIXABLE = {"HC101", "HC102", "HC103"}
-
 
 def fenced_config(*classes: str, root: Path | None = None) -> Config:
     return from_table(fenced(*classes), "test", root or Path.cwd(), None)
