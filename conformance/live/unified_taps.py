@@ -179,7 +179,7 @@ class UnifiedTaps(Taps):
         def committing(original: Callable) -> Callable:
             def wrapper(operation: Any) -> Any:
                 op = operation.request_id
-                before = len(self.trace.events())
+                before = self.trace.position()
                 with self.scheduling(op=op, phase="commit"):
                     result = original(operation)
                 if not any(e.kind is EventKind.COMMIT and e.op == op for e in self.trace.events()[before:]):
