@@ -39,9 +39,15 @@ class LiveAdapter:
     name: str
     tree: SglangTree
     class_name: str
-    capabilities: frozenset = frozenset({"multi_rank"})
-    default_extra_pools: tuple = ()
     expected_failures: tuple = field(default=())
+
+    @property
+    def capabilities(self) -> frozenset:
+        return SESSIONS[self.class_name].capabilities
+
+    @property
+    def default_extra_pools(self) -> tuple:
+        return SESSIONS[self.class_name].default_extra_pools
 
     def _session_module(self) -> tuple[Any, str]:
         module_name, _, attr = SESSIONS[self.class_name].session.partition(":")
@@ -58,8 +64,7 @@ class LiveAdapter:
 
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
-    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name, SESSIONS[name].capabilities, SESSIONS[name].default_extra_pools)
-            for name in tree.classes]
+    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
 
 
 if os.environ.get(live_runtime.PRELOAD_ENV):  # a multi-rank fork server: import the tree once, before forking ranks

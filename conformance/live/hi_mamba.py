@@ -25,9 +25,9 @@ from conformance.adapter import PoolLayout
 from conformance.live import collectives
 from conformance.live.runtime import Runtime
 from conformance.live.session import DTYPE, HEAD_DIM, HEADS, LiveSession, configure_through
-from conformance.live.taps import KV
+from conformance.live.taps import KV, tensor_digest
 from spec.fence import HitPolicy
-from spec.trace import EventKind, page_digest
+from spec.trace import EventKind
 
 MAMBA = "mamba"
 FULL_LAYERS, MAMBA_LAYERS = [1, 3], [0, 2]
@@ -106,8 +106,7 @@ class HiMambaSession(LiveSession):
         m = self.runtime.modules
         state_slot = self._alloc_state()
         self._write_state(state_slot, data[MAMBA].reshape(-1).view(torch.uint8))
-        result = self.cache.insert(m["base_prefix_cache"].InsertParams(
-            key=m["radix_cache"].RadixKey(list(tokens)), value=slots, mamba_value=state_slot))
+        result = self.cache.insert(m["base_prefix_cache"].InsertParams(key=self.radix_key(tokens), value=slots, mamba_value=state_slot))
         if result.mamba_exist:
             self.req_pool.mamba_allocator.free(state_slot)  # the tree holds a state there already
 
@@ -136,9 +135,9 @@ class HiMambaSession(LiveSession):
         if node.mamba_host_value is None or node.mamba_value is not None or not node.hash_value:
             return
         slot = int(node.mamba_host_value[0])
-        raw = self.mamba_host.get_data_page(slot, flat=True).contiguous().view(-1).view(torch.uint8).numpy().tobytes()
         key = self.storage_file_name(f"{node.hash_value[-1]}.{MAMBA}")
-        self.env.trace.record(EventKind.LOAD_BACK, pool=MAMBA, slots=[slot], keys=[key], digests=[page_digest(raw)])
+        digest = tensor_digest(self.mamba_host.get_data_page(slot, flat=True))
+        self.env.trace.record(EventKind.LOAD_BACK, pool=MAMBA, slots=[slot], keys=[key], digests=[digest])
 
     def loaded_extra(self, match: Any) -> dict[str, torch.Tensor]:
         node = match.last_device_node

@@ -26,12 +26,12 @@ import torch
 from conformance.adapter import CacheEnv, Loaded, PoolLayout
 from conformance.live import shims
 from conformance.live.runtime import Runtime, ensure_process_group
-from conformance.live.taps import KV, Taps
+from conformance.live.taps import KV, Taps, tensor_digest
 from spec.decision import DecisionState
 from spec.errors import ConfigError
 from spec.fence import HitPolicy
 from spec.timeout import is_timed_out, timeout_budget
-from spec.trace import EventKind, page_digest
+from spec.trace import EventKind
 
 LAYERS, HEADS, HEAD_DIM = 2, 1, 4
 KV_ELEM = (2, LAYERS, HEADS, HEAD_DIM)  # k and v, per layer, per token
@@ -358,7 +358,7 @@ class LiveSession:
             host = n.host_value.tolist()
             for page, key in enumerate(n.hash_value or []):
                 keys.append(self.storage_file_name(key))
-                digests.append(page_digest(self.kv_host.get_data_page(host[page * ps], flat=True).contiguous().view(-1).view(torch.uint8).numpy().tobytes()))
+                digests.append(tensor_digest(self.kv_host.get_data_page(host[page * ps], flat=True)))
                 host_slots.append(host[page * ps])
         self.record_extra_load_back(m)
         params = self.runtime.modules["base_prefix_cache"].InitLoadBackParams(best_match_node=m.best_match_node, host_hit_length=int(m.host_hit_length))

@@ -184,12 +184,11 @@ class DirectCopy:
                 self.observers.remove(observer)
 
 
-def install_direct_copy(module: types.ModuleType, copy: DirectCopy | None = None) -> DirectCopy:
+def install_direct_copy(module: types.ModuleType, copy: DirectCopy) -> DirectCopy:
     """The module's transfer_kv_direct becomes `copy` (one DirectCopy may serve several modules)."""
     existing = getattr(module, "transfer_kv_direct", None)
     if isinstance(existing, DirectCopy):
         return existing
-    copy = copy if copy is not None else DirectCopy()
     module.transfer_kv_direct = copy
     return copy
 

@@ -58,6 +58,11 @@ class Context(threading.local):
     inserting: str | None = None  # the operation whose commit inserts into the tree now
 
 
+def tensor_digest(tensor: Any) -> str:
+    """page_digest of a tensor's bytes (a page as upstream's backend stores it, or as its host pool holds it)."""
+    return page_digest(tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+
+
 def wrap(obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
     """Replace obj.name (an instance attribute shadowing a method, or a queue's put) by make(original)."""
     original = getattr(obj, name)
@@ -338,8 +343,7 @@ class Taps:
             def wrapper(key: str, value: Any = None, *args: Any, **kwargs: Any) -> Any:
                 ok = original(key, value, *args, **kwargs)
                 if ok and value is not None and self.trace.enabled:
-                    raw = value.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-                    self.trace.record(EventKind.PAGE_WRITE, pool=self.page_pool(key), keys=[file_name(key)], digests=[page_digest(raw)])
+                    self.trace.record(EventKind.PAGE_WRITE, pool=self.page_pool(key), keys=[file_name(key)], digests=[tensor_digest(value)])
                 return ok
             return wrapper
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import torch
-
-from conformance.live.taps import KV, Taps, wrap
+from conformance.live.taps import KV, Taps, tensor_digest, wrap
 from spec.decision import VOTE_COLLECTIVE
 from spec.fence import COMMIT_COLLECTIVE
-from spec.trace import HOST, LOAD, EventKind, page_digest
+from spec.trace import HOST, LOAD, EventKind
 
 UNIFIED_TAP_POINTS = (
     ("alloc (owner)", "HybridCacheController.allocate_storage_hit inside the ACK drain: the host slots a hit gets belong to its operation"),
@@ -156,10 +154,9 @@ class UnifiedTaps(Taps):
             key = self.slot_keys.get((KV, slot))
             if key is None:
                 continue  # a page never read from or written to storage: nothing to compare it with
-            raw = kv_host.get_data_page(slot, flat=True).contiguous().view(-1).view(torch.uint8).numpy().tobytes()
             slots.append(slot)
             keys.append(key)
-            digests.append(page_digest(raw))
+            digests.append(tensor_digest(kv_host.get_data_page(slot, flat=True)))
         if slots:
             self.trace.record(EventKind.LOAD_BACK, pool=KV, slots=slots, keys=keys, digests=digests)
 
@@ -182,7 +179,7 @@ class UnifiedTaps(Taps):
         def committing(original: Callable) -> Callable:
             def wrapper(operation: Any) -> Any:
                 op = operation.request_id
-                before = len(self.trace.events())
+                before = self.trace.position()
                 with self.scheduling(op=op, phase="commit"):
                     result = original(operation)
                 if not any(e.kind is EventKind.COMMIT and e.op == op for e in self.trace.events()[before:]):

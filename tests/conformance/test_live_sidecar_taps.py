@@ -25,7 +25,7 @@ from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE, DecisionState
 from spec.invariants import check
-from spec.trace import BACKUP, HOST, LOAD, EventKind, TraceRecorder
+from spec.trace import BACKUP, LOAD, EventKind, TraceRecorder
 
 PS = 4
 

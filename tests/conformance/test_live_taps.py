@@ -7,6 +7,7 @@ increments the operation per page), not its code.
 
 from __future__ import annotations
 
+import queue
 import threading
 
 import pytest
@@ -146,8 +147,6 @@ class FullController(Controller):
 
     def __init__(self, pages_that_arrive: int) -> None:
         super().__init__(pages_that_arrive)
-        import queue
-
         self.prefetch_queue = queue.Queue()
         self.prefetch_revoke_queue = queue.Queue()
         self.write_queue: list = []
