@@ -65,11 +65,6 @@ class ExtractedDecision:
     aliases: dict[str, str]  # self attribute set in __init__ -> the method it names
     timeout_helpers: frozenset[str]  # methods that read time.monotonic (the timeout check)
 
-    def method_for(self, attribute: str) -> str | None:
-        """The method self.<attribute> reaches, if it is one of upstream's."""
-        name = self.aliases.get(attribute, attribute)
-        return name if name in self.methods else None
-
     def compile(self, namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
         """The methods as plain functions (self first), with `namespace` as their module globals."""
         module = ast.Module(body=[copy.deepcopy(node) for node in self.methods.values()], type_ignores=[])
