@@ -156,7 +156,7 @@ class _Walk:
         parents = {child: parent for parent in ast.walk(fn) for child in ast.iter_child_nodes(parent)}
         for node in ast.walk(fn):
             if isinstance(node, ast.Call):
-                self._check_call(node, me, operation_params, params)
+                self._check_call(node, me, operation_params)
             if not isinstance(node, (ast.Attribute, ast.Name)) or isinstance(parents.get(node), ast.Attribute):
                 continue  # only whole chains: self.a.b is checked once, as self.a.b
             chain = _chain(node)
@@ -190,7 +190,7 @@ class _Walk:
         if head not in SELF_NAMES:
             self._miss(f"self.{head}", node)
 
-    def _check_call(self, call: ast.Call, me: str | None, operation_params: set[str], params: list[str]) -> None:
+    def _check_call(self, call: ast.Call, me: str | None, operation_params: set[str]) -> None:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _ATTRIBUTE_LOOKUPS and len(call.args) >= 2:
             target, attribute = call.args[0], call.args[1]
