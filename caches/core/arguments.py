@@ -63,9 +63,9 @@ def _first_bad(tokens: Sequence[Any]) -> tuple[int, Any]:
     raise AssertionError("no bad token found in a list the packer refused")  # pragma: no cover
 
 
-def checked_request_id(request_id: Any, field: str = "request_id") -> str:
+def checked_request_id(request_id: Any) -> str:
     if not isinstance(request_id, str) or not request_id:
-        raise CacheArgumentError(field, request_id, "a non-empty string")
+        raise CacheArgumentError("request_id", request_id, "a non-empty string")
     return request_id
 
 

@@ -74,7 +74,7 @@ class PrefetchCommit(CorePart):
 
     def attach_window(self, op: PrefetchOperation, end: TreeNode, plan: PoolPlan, pages: int) -> None:
         """F10: the whole window, loaded for exactly these pages on every rank, goes to the nodes before `end`'s end."""
-        count = min(len(plan.slots) // self.page_size, pages) * self.page_size
+        count = plan.trailing_pages(self.page_size, pages) * self.page_size
         taken = self.hooks.windows[plan.pool].attach(end, plan.slots[:count].tolist())
         if taken:
             op.take_for_insert(plan.pool, taken)

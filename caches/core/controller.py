@@ -212,7 +212,7 @@ class StorageController:
         return 0
 
     def _trailing_stored(self, op: PrefetchOperation, plan: PoolPlan, hashes: Sequence[str]) -> bool:
-        wanted = hashes[-_window_pages(plan, self.page_size, len(hashes)):]
+        wanted = hashes[-plan.trailing_pages(self.page_size, len(hashes)):]
         return self._exists("hit_query", op, [pool_key(h, plan.pool) for h in wanted]) == len(wanted)
 
     def _exists(self, where: str, op: PrefetchOperation, keys: Sequence[str]) -> int:
@@ -256,7 +256,7 @@ class StorageController:
                 slots = plan.slots.tolist()
                 keys, firsts, width = hashes[-1:], slots, 1
             else:  # ALL_PAGES: every page; TRAILING_WINDOW: the window's pages before the end
-                count = pages if plan.hit_policy is HitPolicy.ALL_PAGES else _window_pages(plan, ps, pages)
+                count = pages if plan.hit_policy is HitPolicy.ALL_PAGES else plan.trailing_pages(ps, pages)
                 slots = plan.slots[: count * ps].tolist()
                 keys, firsts, width = hashes[pages - count :], slots[::ps], ps
             start = op.begin_io(plan.pool, slots)
@@ -336,13 +336,6 @@ class StorageController:
                 job.results[pool] = list(ok)
                 self.trace.record(EventKind.IO_END, pool=pool, space=HOST, slots=slots.tolist(), io=starts[pool].io, value=all(ok))
             self.on_backup_done(job)
-
-
-def _window_pages(plan: PoolPlan, page_size: int, pages: int) -> int:
-    """Pages a trailing pool needs at the end of a `pages`-page hit: one state, or min(the window, the hit)."""
-    if plan.hit_policy is HitPolicy.TRAILING_PAGES:
-        return 1
-    return min(len(plan.slots) // page_size, pages)
 
 
 def _leading(ok: Sequence[bool]) -> int:

@@ -59,6 +59,12 @@ class PoolPlan:
     per_page: bool = True
     completed_pages: int = 0
 
+    def trailing_pages(self, page_size: int, hit_pages: int) -> int:
+        """Pages a trailing pool needs at the end of a `hit_pages`-page hit: one state, or min(the window, the hit)."""
+        if self.hit_policy is HitPolicy.TRAILING_PAGES:
+            return 1
+        return min(len(self.slots) // page_size, hit_pages)
+
 
 @dataclass(frozen=True)
 class InFlightIO:

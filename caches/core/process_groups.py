@@ -23,8 +23,6 @@ from spec.errors import ConfigError
 from spec.groups import KINDS, group_label, vote_group_kinds
 from spec.trace import TraceRecorder
 
-Partitions = Mapping[str, Sequence[Sequence[int]]]
-
 
 class GroupedReducer:
     """One reduce per vote group, in order: the MAX (MIN) over every rank the groups connect."""

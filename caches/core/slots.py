@@ -61,9 +61,6 @@ class SlotAccounting:
     def group_of(self, pool: str) -> str:
         return self._group_of[pool]
 
-    def pools_of(self, group: str) -> list[str]:
-        return list(self.groups[group].pools)
-
     def units(self) -> dict[str, int]:
         return {name: g.unit for name, g in self.groups.items()}
 

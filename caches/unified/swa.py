@@ -223,9 +223,6 @@ class SlidingWindow(ComponentBase):
         self._lru.pop(node.id, None)
         self._host_lru.pop(node.id, None)
 
-    def host_lru_order(self) -> list[int]:
-        return list(self._host_lru)
-
     # --- the tree's events ----------------------------------------------------------------
 
     def on_split(self, head: TreeNode, tail: TreeNode) -> None:

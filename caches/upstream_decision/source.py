@@ -65,11 +65,6 @@ class ExtractedDecision:
     aliases: dict[str, str]  # self attribute set in __init__ -> the method it names
     timeout_helpers: frozenset[str]  # methods that read time.monotonic (the timeout check)
 
-    def method_for(self, attribute: str) -> str | None:
-        """The method self.<attribute> reaches, if it is one of upstream's."""
-        name = self.aliases.get(attribute, attribute)
-        return name if name in self.methods else None
-
     def compile(self, namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
         """The methods as plain functions (self first), with `namespace` as their module globals."""
         module = ast.Module(body=[copy.deepcopy(node) for node in self.methods.values()], type_ignores=[])
@@ -161,7 +156,7 @@ class _Walk:
         parents = {child: parent for parent in ast.walk(fn) for child in ast.iter_child_nodes(parent)}
         for node in ast.walk(fn):
             if isinstance(node, ast.Call):
-                self._check_call(node, me, operation_params, params)
+                self._check_call(node, me, operation_params)
             if not isinstance(node, (ast.Attribute, ast.Name)) or isinstance(parents.get(node), ast.Attribute):
                 continue  # only whole chains: self.a.b is checked once, as self.a.b
             chain = _chain(node)
@@ -195,7 +190,7 @@ class _Walk:
         if head not in SELF_NAMES:
             self._miss(f"self.{head}", node)
 
-    def _check_call(self, call: ast.Call, me: str | None, operation_params: set[str], params: list[str]) -> None:
+    def _check_call(self, call: ast.Call, me: str | None, operation_params: set[str]) -> None:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _ATTRIBUTE_LOOKUPS and len(call.args) >= 2:
             target, attribute = call.args[0], call.args[1]

@@ -41,6 +41,16 @@ class Oracle:
             out[spec.name] = raw.view(spec.dtype).reshape(-1, *spec.elem_shape)
         return out
 
+    @classmethod
+    def in_storage_only(cls, cache, seed: int, pages: int) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """A request written, backed up to storage and evicted from device and host: (its tokens, its data)."""
+        tokens = cls.request(seed, pages)
+        data = cls.data(cache, tokens)
+        cache.write(tokens, data)
+        cache.flush()
+        cache.evict_all()
+        return tokens, data
+
     @staticmethod
     def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
         return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))

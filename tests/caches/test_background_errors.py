@@ -26,19 +26,11 @@ class HitBookkeepingBug(TraceRecorder):
         return super().record(kind, **fields)
 
 
-def stored(cache, oracle, seed: int) -> list[int]:
-    tokens = oracle.request(seed, 3)
-    cache.write(tokens, oracle.data(cache, tokens))
-    cache.flush()
-    cache.evict_all()
-    return tokens
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(cache_factory, oracle, name):
     cache = cache_factory.build(name, trace=HitBookkeepingBug(ManualClock(0.0)), clock=ManualClock(0.0))
     cache_factory.expect_background_errors(cache)  # the planted bug, checked below
-    tokens = stored(cache, oracle, 41)
+    tokens, _ = oracle.in_storage_only(cache, 41, 3)
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
     # The failed operation was ended: nothing waits forever. (Waited on directly:
     # wait_prefetch_io itself refuses once the failure is recorded.)
@@ -59,7 +51,7 @@ def test_a_storage_fault_is_recorded_and_the_cache_carries_on(cache_factory, ora
     trace = TraceRecorder(ManualClock(0.0))
     gate = Gate(trace)
     cache = cache_factory.build(name, trace=trace, clock=ManualClock(0.0))
-    tokens = stored(cache, oracle, 42)
+    tokens, _ = oracle.in_storage_only(cache, 42, 3)
     gate.fail("storage raises", lambda e: e.kind is EventKind.IO_START and e.pool == "kv" and e.value == LOAD)
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
     cache.wait_prefetch_io("r1")

@@ -48,15 +48,6 @@ def prefetch(cache, tokens, request_id="r1") -> int:
     raise AssertionError(f"prefetch {request_id} did not finish")
 
 
-def store_request(cache, oracle, seed: int, pages: int):
-    tokens = oracle.request(seed, pages)
-    data = oracle.data(cache, tokens)
-    cache.write(tokens, data)
-    cache.flush()
-    cache.evict_all()
-    return tokens, data
-
-
 def assert_loaded_prefix_is_the_written_one(cache, oracle, tokens, data, loaded_tokens, got) -> None:
     for spec in cache.specs:
         if spec.unit == "token":
@@ -75,7 +66,7 @@ def test_flipped_payload_bytes_are_a_recorded_miss_for_that_page_and_after(cache
     cache = cache_factory.build(name)
     if pool not in cache.host_pools:
         pytest.skip(f"{name} has no {pool} pool")
-    tokens, data = store_request(cache, oracle, 11, 4)
+    tokens, data = oracle.in_storage_only(cache, 11, 4)
     hashes = page_hashes(tokens, cache.page_size)
     damaged = 3 if cache.host_pools[pool].spec.unit == "state" else 1  # a state lives at the last page only
     key = pool_key(hashes[damaged], pool)
@@ -97,7 +88,7 @@ def test_flipped_payload_bytes_are_a_recorded_miss_for_that_page_and_after(cache
 @pytest.mark.parametrize("name", NAMES)
 def test_a_page_file_moved_under_another_key_is_never_served(cache_factory, oracle, name):
     cache = cache_factory.build(name)
-    tokens, data = store_request(cache, oracle, 12, 3)
+    tokens, data = oracle.in_storage_only(cache, 12, 3)
     hashes = page_hashes(tokens, cache.page_size)
     # Same size, valid header and checksum for its own bytes: only the key binding tells.
     stored_path(cache, hashes[1]).write_bytes(stored_path(cache, hashes[2]).read_bytes())
@@ -163,7 +154,7 @@ def test_batched_and_per_page_verification_agree_on_a_shared_buffer(tmp_path):
 ], ids=["dtype", "model", "kv-shape"])
 def test_a_cache_whose_bytes_differ_misses_the_pages_of_another(cache_factory, oracle, name, change):
     writer = cache_factory.build(name, dtype="float16", model_name="model-a")
-    tokens, _ = store_request(writer, oracle, 13, 2)
+    tokens, _ = oracle.in_storage_only(writer, 13, 2)
     reader = cache_factory.build(name, **{"dtype": "float16", "model_name": "model-a", **change})
     assert reader.storage_namespace != writer.storage_namespace
     assert reader.prefetch_from_storage("r1", tokens) == len(tokens)
@@ -175,7 +166,7 @@ def test_a_cache_whose_bytes_differ_misses_the_pages_of_another(cache_factory, o
 @pytest.mark.parametrize("name", NAMES)
 def test_a_cache_with_compatible_bytes_shares_the_namespace(cache_factory, oracle, name):
     writer = cache_factory.build(name, model_name="model-a")
-    tokens, data = store_request(writer, oracle, 14, 2)
+    tokens, data = oracle.in_storage_only(writer, 14, 2)
     reader = cache_factory.build(name, model_name="model-a", host_pages=8, device_pages=8, prefetch_policy="best_effort")
     assert reader.storage_namespace == writer.storage_namespace
     assert prefetch(reader, tokens) == len(tokens)

@@ -6,7 +6,6 @@ import random
 import threading
 
 import pytest
-import torch
 
 import spec
 from caches.config import CacheConfig

@@ -28,10 +28,7 @@ def test_io_ending_between_snapshot_and_vote_record_is_no_false_l1(cache_factory
     trace = TraceRecorder(clock)
     gate = Gate(trace, timeout_s=WAIT_S)
     cache = cache_factory.build(name, trace=trace, clock=clock)
-    tokens = oracle.request(31, 4)
-    cache.write(tokens, oracle.data(cache, tokens))
-    cache.flush()
-    cache.evict_all()
+    tokens, _ = oracle.in_storage_only(cache, 31, 4)
     kv_loads = []
 
     def second_kv_batch(e) -> bool:
