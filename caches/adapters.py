@@ -138,7 +138,7 @@ class BuiltinAdapter:
         """What every rank process imports anyway: the harness imports it once, in the process ranks fork from."""
         from caches.registry import CACHE_CLASSES
 
-        own = CACHE_CLASSES.get(getattr(self, "cache", "") or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
+        own = CACHE_CLASSES.get(self.cache or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
         return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
 
     def configure(self, fields: Mapping[str, Any]) -> None:
@@ -149,10 +149,13 @@ class BuiltinAdapter:
         mapped = {names.get(k, k): v for k, v in fields.items()}
         CacheConfig.from_mapping({"storage_backend": "memory", **mapped})
 
-    def create(self, env: Any) -> CacheSession:
+    def cache_class(self) -> type[HierarchicalCache]:
         from caches.registry import cache_class
 
-        cls = cache_class(self.cache or self.name)
+        return cache_class(self.cache or self.name)
+
+    def create(self, env: Any) -> CacheSession:
+        cls = self.cache_class()
         groups = getattr(env, "process_groups", None)
         if groups is not None:  # several vote groups (spec/groups.py): the cache creates and reduces over them
             return CacheSession(cls(config_for(env), trace=env.trace, clock=env.clock, process_groups=groups))

@@ -3,29 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from caches import adapters as builtin
-from caches.adapters import BuiltinAdapter, CacheSession, config_for
+from caches.adapters import BuiltinAdapter
 from caches.core.cache_base import HierarchicalCache
 
 
 @dataclass(frozen=True)
 class VariantAdapter(BuiltinAdapter):
-    cache_class: type[HierarchicalCache] = HierarchicalCache
+    variant_class: type[HierarchicalCache] = HierarchicalCache
 
-    def create(self, env: Any) -> CacheSession:
-        groups = getattr(env, "process_groups", None)
-        if groups is not None:
-            return CacheSession(self.cache_class(config_for(env), trace=env.trace, clock=env.clock, process_groups=groups))
-        cache = self.cache_class(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group)
-        return CacheSession(cache)
+    def cache_class(self) -> type[HierarchicalCache]:
+        return self.variant_class
 
 
 def variant_of(base: str, name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
     """A variant of built-in cache `base`: its pools and capabilities, another cache class."""
     adapter = getattr(builtin, base)()
-    return VariantAdapter(name, adapter.default_extra_pools, adapter.capabilities, cache_class=cache_class)
+    return VariantAdapter(name, adapter.default_extra_pools, adapter.capabilities, variant_class=cache_class)
 
 
 def hiradix_variant(name: str, cache_class: type[HierarchicalCache]) -> VariantAdapter:
