@@ -22,15 +22,3 @@ from oracles import Oracle  # noqa: E402
 def oracle() -> type[Oracle]:
     return Oracle
 
-
-# The names these tests used before the shared factory, kept so that tests written against them still run.
-@pytest.fixture
-def make_any(cache_factory):
-    """make_any(name, **config fields): cache_factory.build."""
-    return cache_factory.build
-
-
-@pytest.fixture
-def config_for(cache_factory):
-    """config_for(name, storage_path, **fields): the settings cache_factory builds with."""
-    return cache_factory.settings
