@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # importing this module stays light: a harness process that o
 
 # Small elements keep the suite fast; shapes and dtypes still differ per pool.
 KV_ELEM = (2, 4)
+# CacheEnv.kv_format -> (dtype, KV element shape): another configuration's pages, differing in one respect only.
+KV_FORMATS = {"default": ("float32", KV_ELEM), "dtype": ("bfloat16", KV_ELEM), "layout": ("float32", (2, 2))}
 INDEXER_ELEM = (3,)
 STATE_ELEM = (6,)
 SWA_ELEM = (2, 3)
@@ -36,14 +38,16 @@ def config_for(env: Any) -> CacheConfig:
     from caches.config import CacheConfig
 
     t = env.termination
+    dtype, kv_elem = KV_FORMATS[getattr(env, "kv_format", "default")]
     return CacheConfig(
         page_size=t.page_size,
+        dtype=dtype,
         device=env.device,
         device_pages=env.device_pages,
         host_pages=env.host_pages,
         state_device_slots=env.state_slots,
         state_host_slots=env.state_slots * 2,
-        kv_elem_shape=KV_ELEM,
+        kv_elem_shape=kv_elem,
         indexer_elem_shape=INDEXER_ELEM,
         state_elem_shape=STATE_ELEM,
         swa_elem_shape=SWA_ELEM,
@@ -163,7 +167,7 @@ class BuiltinAdapter:
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats"})
 
 
 def hiradix() -> BuiltinAdapter:

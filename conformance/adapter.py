@@ -47,6 +47,14 @@ CAPABILITIES = {
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
     "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
+    "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype') or only in per-token layout ('layout')",
+}
+
+# CacheEnv.kv_format values: the page format a cache stores, relative to the adapter's default.
+KV_FORMATS = {
+    "default": "the adapter's own format",
+    "dtype": "the same per-token layout, another dtype",
+    "layout": "the same dtype, another per-token element shape (heads or head size)",
 }
 
 
@@ -76,6 +84,8 @@ class CacheEnv:
     # L4: a transfer still running this long after it started (on `clock`) counts as failed.
     # Generous by default: only tests of L4 make a transfer outlive it.
     io_timeout_s: float = 600.0
+    # KV_FORMATS: pages of another configuration, for adapters declaring "kv_formats" (S6).
+    kv_format: str = "default"
 
     @property
     def page_size(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from spec.config import Policy
 from spec.decision import DecisionState
+from spec.profiles import VOTE_PROFILES
 from spec.upstream import SHAPE_SUMMARY, matching_shapes
 
 PROP_DECISION_ROWS = "conformance.decision_rows"
@@ -32,9 +33,9 @@ def row(state: DecisionState, *, where: str, clause: str, expected_vote: bool, g
             "got_vote": got_vote, "expected_decision": expected_decision, "got_decision": got_decision}
 
 
-def rows_property(policy: str, rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """The user property of one table test: the policy it checked and its disagreeing rows (maybe none)."""
-    return (PROP_DECISION_ROWS, json.dumps({"policy": policy, "rows": list(rows)}))
+def rows_property(policy: str, rows: Sequence[Mapping[str, Any]], profile: str | None = None) -> tuple[str, str]:
+    """The user property of one table test: the policy it checked, the profile it was judged by and its disagreeing rows (maybe none)."""
+    return (PROP_DECISION_ROWS, json.dumps({"policy": policy, "profile": profile, "rows": list(rows)}))
 
 
 def read_rows(user_properties: Iterable[Any]) -> dict[str, Any] | None:
@@ -72,7 +73,10 @@ def summarize(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         state = DecisionState(**{**r["state"], "policy": Policy.parse(r["state"]["policy"])})
         observed.setdefault(state, (r["got_vote"], r["got_decision"]))
     page_sizes = {s.page_size for s in observed} or {4}
-    if not rows:
+    judged_by = {e.get("profile") for e in entries} - {None}
+    if judged_by - set(VOTE_PROFILES):
+        matches = f"judged by the {', '.join(sorted(judged_by))} profile's own vote" + ("" if rows else ": every row agrees")
+    elif not rows:
         matches = SPEC_MATCH
     else:
         shapes = matching_shapes(observed, policies, page_size=page_sizes.pop()) if len(page_sizes) == 1 else []

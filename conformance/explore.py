@@ -187,6 +187,7 @@ def explore(
     timeout_s: float = 20.0,
     root: Sequence[str] = (),
     io_order: str = DEFAULT_IO_ORDER,
+    profile: str | None = None,
 ) -> Exploration:
     """Run every schedule of `scenario` that begins with `root`, depth first, each on a fresh cache from make_cache.
 
@@ -209,7 +210,7 @@ def explore(
                 scenario=scenario, schedule=format_schedule(prefix), explored=result.count,
             )
         try:
-            run = _Run(make_cache, scenario, storage_dir, timeout_s).execute(prefix, parent_enabled)
+            run = _Run(make_cache, scenario, storage_dir, timeout_s, profile).execute(prefix, parent_enabled)
         except (NondeterminismError, ReplayError):
             raise
         except Exception as exc:
@@ -221,7 +222,7 @@ def explore(
                 scenario=scenario, schedule=text, explored=result.count,
             ) from exc
         if not result.schedules and root:
-            _check_root(scenario, root, run, io_order)
+            _check_root(scenario, root, run, io_order, profile)
         result.schedules.append(run.text)
         result.extra_pools = run.extra_pools
         backtrack = _next_prefix(run, floor=len(root))
@@ -231,8 +232,8 @@ def explore(
         prefix, parent_enabled = backtrack
 
 
-def _check_root(scenario: Scenario, root: tuple[str, ...], run: RunResult, io_order: str) -> None:
-    walked = ScheduleModel(scenario, run.extra_pools, io_order).walk(root)
+def _check_root(scenario: Scenario, root: tuple[str, ...], run: RunResult, io_order: str, profile: str | None) -> None:
+    walked = ScheduleModel(scenario, run.extra_pools, io_order, profile).walk(root)
     want = None if walked is None else tuple(walked[0])
     if run.enabled[: len(root)] != want:
         raise ExplorationError(
@@ -261,14 +262,16 @@ def replay(
     enabled: Sequence[Sequence[str]] = (),
     storage_dir: Path | None = None,
     timeout_s: float = 20.0,
+    profile: str | None = None,
 ) -> RunResult:
     """Run `schedule` again (a prefix is completed with the first enabled action at each point).
 
     enabled: the enabled actions an earlier run saw before each action
     (RunResult.enabled); a different set raises NondeterminismError.
+    profile: the architecture profile the implementation declares (spec/profiles.py).
     """
     expected = tuple(tuple(options) for options in enabled)
-    return _Run(make_cache, scenario, storage_dir, timeout_s).execute(parse_schedule(schedule), expected)
+    return _Run(make_cache, scenario, storage_dir, timeout_s, profile).execute(parse_schedule(schedule), expected)
 
 
 # --- one run -------------------------------------------------------------------------------
@@ -280,8 +283,8 @@ class WatchedTrace(TraceRecorder):
     background thread records (an IO_DONE, an IO_END).
     """
 
-    def __init__(self, clock: Any, *, rank: int = 0) -> None:
-        super().__init__(clock, rank=rank)
+    def __init__(self, clock: Any, *, rank: int = 0, profile: str | None = None) -> None:
+        super().__init__(clock, rank=rank, profile=profile)
         self.changed = threading.Condition()
         self._seen: set[tuple[EventKind, str | None]] = set()  # (kind, op) and (kind, None) recorded so far
 
@@ -344,10 +347,10 @@ def prefetch_load_of(request_id: str) -> Callable[[Event], bool]:
 class _Monitor:
     """What the explorer knows about the request's IO thread: gate arrivals and IO_DONE, from the trace."""
 
-    def __init__(self, request_id: str, clock: ManualClock, timeout_s: float) -> None:
+    def __init__(self, request_id: str, clock: ManualClock, timeout_s: float, profile: str | None = None) -> None:
         self.request_id = request_id
         self.timeout_s = timeout_s
-        self.trace = WatchedTrace(clock)
+        self.trace = WatchedTrace(clock, profile=profile)
         self.gate = ObservedGate(self.trace, prefetch_load_of(request_id), timeout_s=timeout_s)
         self._done_seen = False
 
@@ -372,13 +375,13 @@ class _Monitor:
 
 
 class _Run:
-    def __init__(self, make_cache: MakeCache, scenario: Scenario, storage_dir: Path | None, timeout_s: float) -> None:
+    def __init__(self, make_cache: MakeCache, scenario: Scenario, storage_dir: Path | None, timeout_s: float, profile: str | None = None) -> None:
         self.make_cache = make_cache
         self.scenario = scenario
         self.storage_dir = storage_dir
         self.timeout_s = timeout_s
         self.clock = ManualClock(1000.0)
-        self.monitor = _Monitor(REQUEST_ID, self.clock, timeout_s)
+        self.monitor = _Monitor(REQUEST_ID, self.clock, timeout_s, profile)
         self.trace = self.monitor.trace
         self.gate = self.monitor.gate
         self.holds: list[Hold] = []

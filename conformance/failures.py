@@ -20,7 +20,7 @@ from spec.clauses import CATALOGUE
 
 PROP_FAILED = "conformance.failed_clauses"  # user property: JSON {clause: first message line naming it}
 
-_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
+CLAUSE_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
 _MAX_LINE = 240
 
 
@@ -44,7 +44,7 @@ def named_clauses(message: str) -> dict[str, str]:
     """{clause: the first message line naming it}, in order of first mention."""
     found: dict[str, str] = {}
     for line in _message_lines(message):
-        for match in _LABEL.finditer(line):
+        for match in CLAUSE_LABEL.finditer(line):
             for clause in match.group(1).split("/"):
                 if clause in CATALOGUE and clause not in found:
                     text = line.strip()

@@ -20,6 +20,7 @@ with both, or citing an unknown clause fails collection.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,13 +34,15 @@ from conformance.plugin import harness_of
 from conformance.report import PROP_DEVICE_NOT_RUN
 from conformance.schedule_model import adapter_io_order, check_io_order
 from spec.clauses import CATALOGUE
+from spec.preconditions import PRECONDITIONS
+from spec.profiles import Profile
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.trace import TraceRecorder
 
 __all__ = [
     "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
-    "device", "io_order_the_test_drives", "require_fixture", "clock", "trace", "gate", "make_cache",
+    "device", "io_order_the_test_drives", "require_fixture", "harness", "profile", "clock", "trace", "gate", "make_cache",
 ]
 
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
@@ -47,6 +50,8 @@ _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
+    config.addinivalue_line("markers", "precondition(*ids): what the scenario assumes of the deployment (spec/preconditions.py); "
+                                       "an adapter whose deployment does not produce one is not judged by it")
     config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
     config.addinivalue_line("markers", "io_order(order, why): the test drives IO in that order (schedule_model.IO_ORDERS); "
                                        "an adapter declaring another skips it, saying so")
@@ -60,6 +65,11 @@ def _clause_problems(item: pytest.Item) -> list[str]:
         unknown = [c for c in marker.args if c not in CATALOGUE]
         if unknown or not marker.args:
             problems.append(f"{item.name}: @pytest.mark.clause names unknown clauses {unknown or '(none)'}")
+    for marker in item.iter_markers("precondition"):
+        unknown = [p for p in marker.args if p not in PRECONDITIONS]
+        if unknown or not marker.args:
+            problems.append(f"{item.name}: @pytest.mark.precondition names unknown preconditions {unknown or '(none)'} "
+                            f"(known: {', '.join(PRECONDITIONS)})")
     if "impl" not in getattr(item, "fixturenames", ()):
         return problems
     cites = any(True for _ in item.iter_markers("clause"))
@@ -98,11 +108,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed phase's report carries the clauses its failure names (conformance/failures.py), for the matrix."""
-    report = yield
+    """A failed phase's report carries the clauses its failure names (conformance/failures.py), for the matrix.
+
+    Formatting a failure reads the source of every frame in its traceback;
+    frames of code nobody here wrote (an SGLang tree's threads) have made
+    that step raise (a SystemError from the parser), which took the whole
+    session down as an INTERNALERROR. Such a failure is reported with its
+    exception alone instead.
+    """
+    try:
+        report = yield
+    except Exception as exc:
+        report = unformatted_report(item, call, exc)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
         report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
     return report
+
+
+def unformatted_report(item: pytest.Item, call: pytest.CallInfo, error: BaseException) -> pytest.TestReport:
+    """The phase's report, its failure shown as the exception's one-line summary (pytest could not format the traceback)."""
+    excinfo = call.excinfo
+    longrepr: Any = None
+    outcome = "passed"
+    if excinfo is not None and isinstance(excinfo.value, pytest.skip.Exception):
+        outcome, longrepr = "skipped", (str(item.path), item.location[1] or 0, f"Skipped: {excinfo.value}")
+    elif excinfo is not None:
+        outcome = "failed"
+        longrepr = f"{excinfo.exconly()}\n(the traceback could not be formatted: {type(error).__name__}: {error})"
+    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, call.when,
+                             user_properties=list(item.user_properties), duration=call.duration, start=call.start, stop=call.stop)
 
 
 @pytest.fixture
@@ -137,13 +171,36 @@ def require_fixture():
 
 
 @pytest.fixture
+def harness(request: pytest.FixtureRequest):
+    """The session's harness: its adapters, what each declares (declarations_of), its devices."""
+    return harness_of(request.config)
+
+
+@pytest.fixture
+def profile(request: pytest.FixtureRequest) -> Profile:
+    """The architecture profile the test's implementation declares (spec/profiles.py): whose vote, combine and timer judge it."""
+    return profile_of(request)
+
+
+def profile_of(request: pytest.FixtureRequest) -> Profile:
+    from spec.profiles import profile as find_profile
+
+    callspec = getattr(request.node, "callspec", None)
+    impl = callspec.params.get("impl") if callspec is not None else None
+    if impl is None:
+        return find_profile(None)
+    return harness_of(request.config).declarations_of(impl).profile
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1000.0)
 
 
 @pytest.fixture
-def trace(clock: ManualClock) -> TraceRecorder:
-    return TraceRecorder(clock)
+def trace(clock: ManualClock, request: pytest.FixtureRequest) -> TraceRecorder:
+    """The trace the test's cache records into, judged under its declared profile."""
+    return TraceRecorder(clock, profile=profile_of(request).id)
 
 
 @pytest.fixture

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from conformance import devices
+from conformance.declarations import Declarations, declarations
 from conformance.expectations import Expectations, collect as collect_expected_failures
 from conformance.loader import Origin, load_adapters, load_checkout_adapters
-from conformance.report import PROP_DEVICE_NOT_RUN, PROP_WEAK, item_properties
+from conformance.report import PROP_DEVICE_NOT_RUN, PROP_JUDGED_OUT, PROP_WEAK, item_properties
+from spec.preconditions import PRECONDITIONS
 from spec.errors import ConfigError
 
 MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
@@ -29,7 +31,11 @@ class Harness:
     expectations: Expectations
     distributed: bool  # xdist worker or controller: one "cuda" param
     missing: list = field(default_factory=list)  # (implementation, why not run): classes a --sglang checkout lacks
+    declared: dict[str, Declarations] = field(default_factory=dict)  # adapter name -> its profile and deployment
     _device_params: list[devices.DeviceParam] | None = field(default=None, repr=False)
+
+    def declarations_of(self, adapter: Any) -> Declarations:
+        return self.declared[adapter.name]
 
     def device_params(self) -> list[devices.DeviceParam]:
         if self._device_params is None:  # first use is after pinning: CUDA may initialize now
@@ -68,12 +74,40 @@ class Harness:
                 item.user_properties.append((PROP_WEAK, str(weak.args[0]) if weak.args else ""))
             if device in unavailable:
                 item.user_properties.append((PROP_DEVICE_NOT_RUN, unavailable[device]))
+            judged_out = self._judged_out(item, adapter, clauses)
+            if judged_out is not None:
+                state, why = judged_out
+                item.user_properties.append((PROP_JUDGED_OUT, state))
+                item.add_marker(pytest.mark.skip(reason=f"{state}: {why}"))
+                continue
             entry = self.expectations.find(adapter.name, getattr(item, "originalname", item.name), item.name, clauses)
             if entry is not None:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"expected failure of {adapter.name} ({entry.source}): {entry.reason}"))
         workeroutput = getattr(config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[MATCHED_KEY] = sorted(self.expectations.matched)
+
+
+    def _judged_out(self, item: pytest.Item, adapter: Any, clauses: list[str]) -> tuple[str, str] | None:
+        """("not-applicable" | "not-judged", why) for a test that says nothing about this implementation; None: it judges it."""
+        declared = self.declarations_of(adapter)
+        unmet = declared.unmet(preconditions_of(item))
+        if unmet:
+            why = "; ".join(f"the scenario assumes {p} ({PRECONDITIONS[p].statement}), which {adapter.name}'s deployment does not produce: "
+                            + "; ".join(evidence) for p, evidence in unmet)
+            return "not-judged", why
+        foreign = declared.not_applicable(clauses)
+        if clauses and len(foreign) == len(clauses):
+            return "not-applicable", (f"it checks {', '.join(foreign)}, mechanism of other architectures; {adapter.name} declares "
+                                      f"{declared.profile.id} ({declared.profile.title})")
+        return None
+
+
+def preconditions_of(item: pytest.Item) -> list[str]:
+    out: list[str] = []
+    for marker in item.iter_markers("precondition"):
+        out += [p for p in marker.args if p not in out]
+    return out
 
 
 def clause_ids(item: pytest.Item) -> list[str]:
@@ -107,11 +141,15 @@ def build_harness(config: pytest.Config) -> Harness:
     missing = _add_checkout_adapters(config, loaded)
     adapters = [adapter for adapter, _ in loaded]
     try:
+        declared = {adapter.name: declarations(adapter) for adapter in adapters}
+    except ConfigError as exc:
+        raise pytest.UsageError(one_line(exc)) from None
+    try:
         entries = collect_expected_failures(adapters, config.getoption("--expected-failures"))
     except ConfigError as exc:
         raise pytest.UsageError(one_line(exc)) from None
     distributed = getattr(config, "workerinput", None) is not None or _distributing(config)
-    return Harness(adapters, [origin for _, origin in loaded], Expectations(entries), distributed, missing)
+    return Harness(adapters, [origin for _, origin in loaded], Expectations(entries), distributed, missing, declared)
 
 
 def _add_checkout_adapters(config: pytest.Config, loaded: list[tuple[Any, Origin]]) -> list[tuple[str, str]]:

@@ -36,7 +36,8 @@ def clause_texts() -> dict:
     """Every clause of the catalogue, as the report carries it (the HTML page links failing cells to these)."""
     from spec.clauses import CATALOGUE, GROUPS
 
-    return {cid: {"title": c.title, "group": GROUPS[c.group], "statement": c.statement, "rationale": c.rationale,
+    return {cid: {"title": c.title, "group": GROUPS[c.group], "kind": c.kind.value, "profiles": list(c.profiles),
+                  "statement": c.statement, "rationale": c.rationale,
                   "stance": c.stance.value, "upstream": c.upstream, "evidence": list(c.evidence)}
             for cid, c in CATALOGUE.items()}
 
@@ -108,6 +109,7 @@ class MatrixRecorder:
             decision_entries=self.decision_entries,
             missing=harness.missing,
             device_reasons=self._device_reasons(),
+            declarations=harness.declared,
         ).as_json()
         finished = time.time()
         invocation = self.config.invocation_params if self.config is not None else None

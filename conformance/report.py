@@ -27,19 +27,22 @@ from typing import Any, Iterable, Mapping, Sequence
 from conformance import decision_rows
 from conformance.devices import ANY_DEVICE, CPU
 from conformance.failures import read_failed
+from spec.clauses import CATALOGUE
+from spec.verdicts import Outcome, verdict
 
-SCHEMA_VERSION = 1  # of the JSON report (conformance/report.schema.json)
+SCHEMA_VERSION = 2  # of the JSON report (conformance/report.schema.json)
 
 PROP_IMPL = "conformance.impl"
 PROP_DEVICE = "conformance.device"
 PROP_CLAUSES = "conformance.clauses"
 PROP_WEAK = "conformance.weak"  # the weak marker's reason
 PROP_DEVICE_NOT_RUN = "conformance.device_not_run"  # why the test's device cannot run here
+PROP_JUDGED_OUT = "conformance.judged_out"  # "not-judged" or "not-applicable": the test says nothing about this implementation
 INTERLEAVINGS_KEY = "conformance.interleavings"  # user property a systematic-exploration test sets
 
-# Matrix statuses, strongest first; test outcomes are fail, pass, xfail, skip.
-STATUSES = ("fail", "fail-other", "xfail", "pass", "skip", "not-run", "uncovered")
-_RAN = STATUSES[:5]
+# A clause's outcome per cell, strongest first (spec.verdicts.Outcome); test outcomes are fail, pass, xfail, skip.
+STATUSES = tuple(o.value for o in Outcome)
+_RAN = STATUSES[:6]  # up to skip: what a cell shows when some citing test ran or was judged out
 
 
 def item_properties(impl: str, device: str, clauses: Sequence[str]) -> list[tuple[str, str]]:
@@ -89,6 +92,7 @@ class OutcomeRecord:
     weak: str | None = None  # the reason of a weak test
     device_not_run: str | None = None  # why its device cannot run here
     skip_reason: str | None = None
+    judged_out: str | None = None  # "not-judged" or "not-applicable": skipped as saying nothing about this implementation
 
     def add(self, report: Any) -> None:
         props = _properties(report.user_properties)
@@ -96,6 +100,8 @@ class OutcomeRecord:
             self.weak = str(props[PROP_WEAK])
         if PROP_DEVICE_NOT_RUN in props:
             self.device_not_run = str(props[PROP_DEVICE_NOT_RUN])
+        if PROP_JUDGED_OUT in props:
+            self.judged_out = str(props[PROP_JUDGED_OUT])
         phase = phase_outcome(report)
         if phase == "fail" or (phase is not None and self.outcome is None):
             self.outcome = phase
@@ -108,7 +114,8 @@ class OutcomeRecord:
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
-                "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None}
+                "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None,
+                "judged_out": self.judged_out if self.outcome == "skip" else None}
 
 
 def clause_status(outcomes: Iterable[str]) -> str:
@@ -119,6 +126,9 @@ def clause_status(outcomes: Iterable[str]) -> str:
 
 def _clause_outcomes(record: OutcomeRecord) -> Iterable[tuple[str, str]]:
     """(clause, outcome for its cell): a failure counts as 'fail' for what it names, 'fail-other' for what it only cites."""
+    if record.outcome == "skip" and record.judged_out == Outcome.NOT_JUDGED.value:
+        yield from ((clause, Outcome.NOT_JUDGED.value) for clause in record.clauses)
+        return
     if record.outcome != "fail":
         yield from ((clause, record.outcome) for clause in record.clauses)
         return
@@ -182,6 +192,16 @@ def _records_of(records: Sequence[OutcomeRecord], impl: str, device: str) -> lis
     return [r for r in records if r.impl == impl and r.outcome and r.device in (device, ANY_DEVICE)]
 
 
+def verdict_matrix(outcomes: Mapping[str, Mapping[str, Mapping[str, str]]], profiles: Mapping[str, str]) -> dict:
+    """verdicts[impl][device][clause] from the outcomes, each clause's kind and the implementation's declared profile."""
+    from spec.profiles import DEFAULT_PROFILE
+
+    return {impl: {device: {clause: verdict(CATALOGUE[clause], profiles.get(impl, DEFAULT_PROFILE), outcome).value
+                            for clause, outcome in row.items()}
+                   for device, row in devices.items()}
+            for impl, devices in outcomes.items()}
+
+
 def failing_here(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[str]], not_run: Mapping[str, str] | None = None) -> dict:
     """failing[impl][device] -> {clause: the first failure line naming it}, what failed naming no clause, failed weak tests."""
     out: dict = {}
@@ -227,12 +247,15 @@ class ConformanceReport:
     decision_entries: Mapping[tuple[str, str], list[dict]] = field(default_factory=dict)  # (impl, device) -> table tests
     missing: Sequence[tuple[str, str]] = ()
     device_reasons: Mapping[str, str] = field(default_factory=dict)  # device -> why it cannot run here, as far as known
+    declarations: Mapping[str, Any] = field(default_factory=dict)  # impl -> conformance.declarations.Declarations
 
     def as_json(self) -> dict:
         """The results part of the report (the recorder adds suite, run, target, implementations and clauses)."""
         columns = [device for devices in _columns(self.records, self.pairs).values() for device in devices]
         not_run = devices_not_run(self.records, columns, self.device_reasons)
-        matrix, uncovered = build_matrix(self.records, self.pairs, self.clause_ids, not_run)
+        outcomes, uncovered = build_matrix(self.records, self.pairs, self.clause_ids, not_run)
+        profiles = {impl: d.profile.id for impl, d in self.declarations.items()}
+        matrix = verdict_matrix(outcomes, profiles)
         decisions: dict = {}
         for impl, devices in matrix.items():
             for device in devices:
@@ -242,6 +265,9 @@ class ConformanceReport:
         return {
             "devices_not_run": [{"device": device, "reason": why} for device, why in sorted(not_run.items())],
             "matrix": matrix,
+            "outcomes": outcomes,
+            "declarations": {impl: d.as_json() for impl, d in self.declarations.items()},
+            "cell_notes": cell_notes(self.records, matrix, self.declarations),
             "tests": [r.as_json() for r in sorted(self.records, key=lambda r: r.nodeid) if r.outcome],
             "expected_failures": self.expected_failures,
             "stale_expected_failures": self.stale_expected_failures,
@@ -251,3 +277,34 @@ class ConformanceReport:
             "not_run": [{"impl": name, "reason": why} for name, why in self.missing],
             "skips": skip_groups(self.records),
         }
+
+
+def cell_notes(records: Sequence[OutcomeRecord], matrix: Mapping[str, Any], declared: Mapping[str, Any]) -> dict:
+    """notes[impl][device][clause] = {kind, why} for every cell a reader needs told why: what failed, why not applicable or not judged."""
+    notes: dict = {}
+    for impl, devices in matrix.items():
+        d = declared.get(impl)
+        for device, row in devices.items():
+            found = _records_of(records, impl, device)
+            for clause, cell in row.items():
+                why = _cell_why(clause, cell, found, d)
+                if why:
+                    notes.setdefault(impl, {}).setdefault(device, {})[clause] = {"kind": CATALOGUE[clause].kind.value, "why": why}
+    return notes
+
+
+def _cell_why(clause: str, cell: str, records: Sequence[OutcomeRecord], declared: Any) -> str | None:
+    if cell in ("defect", "hardening"):
+        lines = [r.failed_clauses[clause] for r in sorted(records, key=lambda r: r.nodeid) if r.outcome == "fail" and clause in r.failed_clauses]
+        return lines[0] if lines else None
+    if cell == "not-applicable" and declared is not None:
+        c = CATALOGUE[clause]
+        return f"{c.kind.value} of {', '.join(c.profiles)}; the implementation declares {declared.profile.id}" + (
+            f" ({'; '.join(declared.profile_evidence)})" if declared.profile_evidence else "")
+    if cell == "not-judged":
+        reasons = sorted({r.skip_reason for r in records if r.outcome == "skip" and clause in r.clauses and r.skip_reason})
+        return reasons[0] if reasons else None
+    if cell == "unverified":
+        others = sorted({named for r in records if r.outcome == "fail" and clause in r.clauses for named in r.failed_clauses} - {clause})
+        return f"its failing tests failed first on {', '.join(others)}" if others else "its failing tests named no clause"
+    return None

@@ -14,8 +14,9 @@ from typing import Any, Mapping
 
 from conformance.report_render import LETTERS, MEANINGS, decision_summary
 
-COLOURS = {"fail": "#d73a49", "fail-other": "#f0a3ab", "xfail": "#f9d77e", "pass": "#85d08a", "skip": "#c9d7e8",
-           "not-run": "#e4e4e4", "uncovered": "#ffffff"}
+COLOURS = {"defect": "#d73a49", "hardening": "#f3b16b", "unverified": "#f0a3ab", "xfail": "#f9d77e", "pass": "#85d08a",
+           "not-applicable": "#eeeeee", "not-judged": "#c9d7e8", "not-run": "#e4e4e4", "uncovered": "#ffffff"}
+FAILED = ("defect", "hardening", "unverified")
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em; color: #1b1f23; max-width: 80em; }
 h1, h2, h3 { font-weight: 600; } code { font-size: 0.9em; }
@@ -112,8 +113,9 @@ def _matrix(data: Mapping[str, Any], failures: Mapping[tuple[str, str, str], lis
         for clause in clause_ids:
             status = matrix[impl][device][clause]
             letter = _e(LETTERS[status])
-            tip = _e(f"{clause} {titles.get(clause, '')}: {MEANINGS[status]}")
-            body = f'<a href="#{_cell_id(index, clause)}">{letter}</a>' if (impl, device, clause) in failures and status.startswith("fail") else letter
+            note = data.get("cell_notes", {}).get(impl, {}).get(device, {}).get(clause)
+            tip = _e(f"{clause} {titles.get(clause, '')}: {MEANINGS[status]}" + (f": {note['why']}" if note else ""))
+            body = f'<a href="#{_cell_id(index, clause)}">{letter}</a>' if (impl, device, clause) in failures and status in FAILED else letter
             out.append(f'<td class="cell" style="background:{COLOURS[status]}" title="{tip}">{body}</td>')
         out.append("</tr>")
     out.append("</table>")
@@ -128,7 +130,7 @@ def _failure_sections(data: Mapping[str, Any], failures: Mapping[tuple[str, str,
         row = data["matrix"][impl][device]
         for clause, status in row.items():
             found = failures.get((impl, device, clause))
-            if not found or not status.startswith("fail"):
+            if not found or status not in FAILED:
                 continue
             any_failure = True
             out.append(f'<h3 id="{_cell_id(index, clause)}">{_e(impl)} / {_e(device)}: '
@@ -179,7 +181,9 @@ def _details(data: Mapping[str, Any]) -> list[str]:
 def _clauses(data: Mapping[str, Any]) -> list[str]:
     out = ["<h2>Clauses</h2>"]
     for cid, clause in data.get("clauses", {}).items():
-        out += [f'<h3 id="clause-{cid}">{_e(cid)}. {_e(clause["title"])} <span class="muted">({_e(clause["group"])})</span></h3>',
+        judges = ", ".join(clause.get("profiles") or []) or "every profile"
+        out += [f'<h3 id="clause-{cid}">{_e(cid)}. {_e(clause["title"])} <span class="muted">({_e(clause["group"])}; '
+                f'{_e(clause.get("kind", ""))}, judges {_e(judges)})</span></h3>',
                 f"<p>{_e(clause['statement'])}</p>", f"<p><em>Why:</em> {_e(clause['rationale'])}</p>",
                 f"<p><em>Upstream ({_e(clause['stance'])}):</em> {_e(clause['upstream'])}</p>"]
         if clause["evidence"]:

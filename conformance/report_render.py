@@ -9,19 +9,22 @@ from typing import Any, Callable, Mapping
 
 from conformance.decision_rows import describe_row
 
-LETTERS = {"fail": "F", "fail-other": "f", "xfail": "x", "pass": "P", "skip": "s", "not-run": "-", "uncovered": "."}
+LETTERS = {"defect": "D", "hardening": "H", "unverified": "f", "xfail": "x", "pass": "P", "not-applicable": "n",
+           "not-judged": "j", "not-run": "-", "uncovered": "."}
 MEANINGS = {
-    "fail": "failed here (a test failed naming this clause)",
-    "fail-other": "a test citing it failed for another clause",
+    "defect": "defect (a behavioural clause, or a mechanism of the declared profile, failed)",
+    "hardening": "hardening not met (stricter than the design must be)",
+    "unverified": "unverified (its failing tests failed first on another clause)",
     "xfail": "expected failure",
-    "pass": "pass (every citing test that ran passed)",
-    "skip": "skip",
+    "pass": "pass (every citing test that was judged passed)",
+    "not-applicable": "not applicable (mechanism of another architecture profile)",
+    "not-judged": "not judged (a precondition this deployment does not produce, or a capability the adapter lacks)",
     "not-run": "not run (the device is not here)",
     "uncovered": "uncovered",
 }
-# Terminal markup per status (pytest's TerminalWriter applies it only where colour is on: a TTY, no NO_COLOR).
-MARKUP = {"fail": {"red": True, "bold": True}, "fail-other": {"purple": True}, "xfail": {"yellow": True},
-          "pass": {"green": True}, "skip": {"cyan": True}}
+# Terminal markup per verdict (pytest's TerminalWriter applies it only where colour is on: a TTY, no NO_COLOR).
+MARKUP = {"defect": {"red": True, "bold": True}, "hardening": {"yellow": True}, "unverified": {"purple": True},
+          "xfail": {"yellow": True}, "pass": {"green": True}, "not-judged": {"cyan": True}}
 MAX_ROWS_SHOWN = 8
 
 Colour = Callable[..., str]  # TerminalWriter.markup(text, **markup)
@@ -32,7 +35,9 @@ def _columns(matrix: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _counts(row: Mapping[str, str]) -> str:
-    return ", ".join(f"{sum(1 for s in row.values() if s == status)} {status}" for status in LETTERS if status != "not-run")
+    """Defects first: what a maintainer files, then what they may harden, then the rest."""
+    return ", ".join(f"{sum(1 for s in row.values() if s == status)} {status}" for status in LETTERS
+                     if status != "not-run" and (status in ("defect", "hardening", "pass") or any(s == status for s in row.values())))
 
 
 def grouped_rows(rows: list[Mapping[str, Any]]) -> list[str]:
@@ -107,10 +112,12 @@ def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> li
         if device in not_run:
             continue
         row = matrix[impl][device]
-        failing = [c for c in clause_ids if row[c] == "fail"]
-        lines.append(f"{label}: {_counts(row)}" + (f"; failed here: {', '.join(failing)}" if failing else ""))
+        defects = [c for c in clause_ids if row[c] == "defect"]
+        hardening = [c for c in clause_ids if row[c] == "hardening"]
+        named = (f"; defects: {', '.join(defects)}" if defects else "") + (f"; hardening not met: {', '.join(hardening)}" if hardening else "")
+        lines.append(f"{label}: {_counts(row)}{named}")
         found = data.get("failing", {}).get(impl, {}).get(device, {})
-        lines += [f"  {found['clauses'][c]}" for c in failing if c in found.get("clauses", {})]
+        lines += [f"  {found['clauses'][c]}" for c in defects + hardening if c in found.get("clauses", {})]
         if found.get("naming_no_clause"):
             lines.append(f"  {len(found['naming_no_clause'])} failed test(s) named no clause: {_short(found['naming_no_clause'])}")
         if found.get("weak"):

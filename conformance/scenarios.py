@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from conformance.lifecycle import background_errors
 from spec.config import TerminationConfig
 from spec.fence import TRAILING_POLICIES, HitPolicy
 from spec.invariants import Violation, check
@@ -81,6 +82,10 @@ def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50, trace: Trac
         pending = [r for r in pending if r not in done]
     if not pending:
         return finished
+    failed = background_errors(cache)
+    if failed:
+        # A thread that died took the operation with it: that is the rule broken (L5), not the wait that followed.
+        raise AssertionError(f"L5: prefetches {pending} never finished: the implementation's background threads failed: " + "; ".join(failed))
     why = "\n".join(unfinished_because(trace.events(), op, max_steps) for op in pending) if trace is not None else ""
     raise AssertionError(f"prefetches {pending} did not finish within {max_steps} scheduler steps" + (f":\n{why}" if why else ""))
 
@@ -144,3 +149,18 @@ def assert_no_violations(traces: Trace | Sequence[Trace], config: TerminationCon
 def assert_accounting_exact(cache) -> None:
     for name, (allocated, free, capacity) in cache.slot_accounting().items():
         assert allocated + free == capacity, f"{name}: allocated {allocated} + free {free} != capacity {capacity}"
+
+
+def pass_deadline(cache, clock, config: TerminationConfig, pages: int, request_ids: Sequence[str], profile) -> None:
+    """Move the clock past the prefetch's timeout, measured where the implementation's profile starts its timer.
+
+    A profile whose timer starts at the first check that finds the prefetch
+    unfinished (the ACK drain) gets that check first; it must finish nothing.
+    """
+    from spec.profiles import TimerStart
+    from spec.timeout import timeout_budget
+
+    if profile.timer_start is TimerStart.FIRST_BLOCKED_CHECK:
+        done = cache.check_progress(list(request_ids))
+        assert not done, f"test setup: the check that starts the {profile.id} profile's timer finished {sorted(done)}"
+    clock.advance(timeout_budget(config, pages) + 1.0)

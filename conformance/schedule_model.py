@@ -16,7 +16,11 @@ once begun runs to its end (one storage call). Terminate (a check that
 terminates, or an abort) lets the group holding the parked transfer end and
 starts no group after it (F1). A check terminates under best_effort always
 (D1), otherwise when every transfer ended (D2-D4), or under timeout after a
-tick (D5).
+tick (D5). The implementation's architecture profile (spec/profiles.py) says
+when the timeout's timer starts (at the operation's start, or at the first
+check that finds it unfinished: a tick before that check counts for
+nothing) and whether the timeout cuts an operation whose KV has landed (the
+ACK drain waits for its commit instead, A1).
 
 Exploration splits into subtrees by schedule prefix (`roots`), so that xdist
 can spread one scenario over several workers; the subtrees' counts add up to
@@ -31,6 +35,7 @@ from typing import Any, Iterator, Sequence
 
 from spec.config import Policy
 from spec.errors import ConfigError
+from spec.profiles import Profile, TimerStart, profile as find_profile
 
 KV_THEN_EXTRAS = "kv_then_extras"
 EXTRAS_WITH_EACH_BATCH = "extras_with_each_batch"
@@ -65,16 +70,20 @@ class _State:
     after_check: bool
     ticks: int
     aborts: int
+    timed: int  # ticks since the timeout's timer started; -1 before it started
 
 
 class ScheduleModel:
     """The spec's state machine for one scenario (anything with policy, kv_batches, ticks, aborts)."""
 
-    def __init__(self, scenario: Any, extra_pools: int, io_order: str = DEFAULT_IO_ORDER) -> None:
+    def __init__(self, scenario: Any, extra_pools: int, io_order: str = DEFAULT_IO_ORDER, profile: Profile | str | None = None) -> None:
         self.scenario = scenario
         self.policy = Policy.parse(scenario.policy)
         self.groups = io_groups(io_order, scenario.kv_batches, extra_pools)
         self.total = sum(self.groups)
+        self.profile = find_profile(profile)
+        # Transfers released once every KV batch has: KV has landed (the ACK drain's timeout no longer cuts it).
+        self.kv_released = scenario.kv_batches * (1 if io_order == KV_THEN_EXTRAS else 1 + extra_pools)
         self._count = lru_cache(maxsize=None)(self._count_uncached)
 
     def _stop(self, released: int, limit: int) -> int:
@@ -89,23 +98,29 @@ class ScheduleModel:
         return limit
 
     def start(self) -> _State:
-        return _State(0, self.total, False, False, 0, 0)
+        timed = 0 if self.profile.timer_start is TimerStart.OPERATION_START else -1
+        return _State(0, self.total, False, False, 0, 0, timed)
+
+    def _times_out(self, s: _State) -> bool:
+        """Whether a check in state s ends the wait by the timeout."""
+        if self.policy is not Policy.TIMEOUT or s.timed <= 0:
+            return False
+        return self.profile.cuts_landed_kv or s.released < self.kv_released
 
     def transitions(self, s: _State) -> list[tuple[str, _State]]:
         """The enabled actions in the explorer's order (io, check, tick, abort) and where each leads."""
         out = []
         if s.released < s.limit:
-            out.append(("io", _State(s.released + 1, s.limit, s.finished, False, s.ticks, s.aborts)))
+            out.append(("io", _State(s.released + 1, s.limit, s.finished, False, s.ticks, s.aborts, s.timed)))
         if not s.finished:
             if not s.after_check:
-                terminates = (self.policy is Policy.BEST_EFFORT or s.released == self.total
-                              or (self.policy is Policy.TIMEOUT and s.ticks > 0))
+                terminates = self.policy is Policy.BEST_EFFORT or s.released == self.total or self._times_out(s)
                 limit = self._stop(s.released, s.limit) if terminates else s.limit
-                out.append(("check", _State(s.released, limit, terminates, True, s.ticks, s.aborts)))
+                out.append(("check", _State(s.released, limit, terminates, True, s.ticks, s.aborts, max(s.timed, 0))))
             if s.ticks < self.scenario.ticks:
-                out.append(("tick", _State(s.released, s.limit, False, False, s.ticks + 1, s.aborts)))
+                out.append(("tick", _State(s.released, s.limit, False, False, s.ticks + 1, s.aborts, s.timed + 1 if s.timed >= 0 else -1)))
             if s.aborts < self.scenario.aborts:
-                out.append(("abort", _State(s.released, self._stop(s.released, s.limit), True, False, s.ticks, s.aborts + 1)))
+                out.append(("abort", _State(s.released, self._stop(s.released, s.limit), True, False, s.ticks, s.aborts + 1, s.timed)))
         return out
 
     def _count_uncached(self, s: _State) -> int:
@@ -141,14 +156,15 @@ class ScheduleModel:
         return list(below((), self.start()))
 
 
-def expected_schedules(scenario: Any, extra_pools: int, io_order: str = DEFAULT_IO_ORDER, root: Sequence[str] = ()) -> int:
-    """How many schedules (beginning with `root`) a spec-conforming implementation yields for `scenario`.
+def expected_schedules(scenario: Any, extra_pools: int, io_order: str = DEFAULT_IO_ORDER, root: Sequence[str] = (),
+                       profile: Profile | str | None = None) -> int:
+    """How many schedules (beginning with `root`) a spec-conforming implementation of `profile` yields for `scenario`.
 
     A count that differs means an IO started after terminate, a transfer
     without a gate point, an IO order other than the declared one, or a vote
-    other than the spec's.
+    other than the profile's.
     """
-    return ScheduleModel(scenario, extra_pools, io_order).count(root)
+    return ScheduleModel(scenario, extra_pools, io_order, profile).count(root)
 
 
 def split_depth(scenario: Any) -> int:

@@ -1,9 +1,11 @@
 """The decision: every state of the spec's decision table, placed in a real operation.
 
 Each state becomes a real prefetch operation of the implementation
-(make_operation); its own can_terminate_prefetch must reach spec.decide's
-answer. "Timed out" is placed by the operation's start time on the injected
-clock, never by a flag.
+(make_operation); its own can_terminate_prefetch must reach the answer of the
+architecture profile it declares (spec/profiles.py: the vote per check for
+this spec's caches and SGLang's fork, the ACK drain's own vote for 0.5.2x).
+"Timed out" is placed by the operation's start time on the injected clock
+(where the profile's timer starts), never by a flag.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import pytest
 from conformance import decision_rows
 from conformance.scenarios import assert_no_violations
 from spec.config import Policy, TerminationConfig
-from spec.decision import DecisionState, combine, decide, enumerate_states, local_vote, vote_clause
+from spec.decision import DecisionState, combine, enumerate_states
+from spec.profiles import Profile
 from spec.timeout import timeout_budget
 from spec.trace import EventKind
 
@@ -32,9 +35,9 @@ def describe(state: DecisionState) -> str:
     )
 
 
-def decision_clause(state: DecisionState) -> str:
-    """The clause a wrong decision breaks: the vote's clause, or X1 when only the combine differs."""
-    return vote_clause(state) if local_vote(state) == decide([state]) else "X1"
+def decision_clause(profile: Profile, state: DecisionState) -> str:
+    """The clause a wrong decision breaks: the vote's clause, or the combine's (X1) when only the combine differs."""
+    return profile.vote_clause(state) if profile.vote(state) == profile.decide([state])[0] else profile.combine_clause
 
 
 # Binary fractions: start + budget is exact, so "exactly at the deadline" is exact on the clock.
@@ -58,16 +61,16 @@ def votes_since(trace, seq: int) -> list:
     return [e for e in trace.events() if e.kind is EventKind.VOTE and e.seq >= seq]
 
 
-@pytest.mark.clause("D1", "D2", "D3", "D4", "D5", "T1", "T2", "X1")
+@pytest.mark.clause("D1", "D2", "D3", "D4", "D5", "T1", "T2", "X1", "A1", "A2", "A3")
 @pytest.mark.parametrize("policy", POLICIES)
-def test_every_decision_state(impl, make_cache, clock, trace, policy, request):
+def test_every_decision_state(impl, make_cache, clock, trace, policy, request, profile):
     config = TerminationConfig(policy=policy, page_size=PAGE_SIZE, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
     states = [s for s in enumerate_states(PAGE_SIZE) if s.policy.value == policy]
     assert states, f"the spec enumerates no state for {policy}"
     wrong, rows = [], []
     for state in states:
-        want = decide([state])
+        want = profile.decide([state])[0]
         results = []
         for where, start in placements(state, config, clock.now()):
             mark = len(trace.events())
@@ -77,18 +80,19 @@ def test_every_decision_state(impl, make_cache, clock, trace, policy, request):
         # Wrong only next to the deadline (right further from it): the boundary is off.
         boundary_only = results[0][1] == want and results[1][1] != want
         for where, got, vote in results:
-            vote_wrong = vote is not None and vote != local_vote(state)
-            clause = "T2" if boundary_only else decision_clause(state)
+            vote_wrong = vote is not None and vote != profile.vote(state)
+            clause = profile.boundary_clause if boundary_only else decision_clause(profile, state)
             if got != want or vote_wrong:
                 # A wrong vote breaks the vote's clause, whatever the decision then was.
-                row_clause = vote_clause(state) if vote_wrong and not boundary_only else clause
-                rows.append(decision_rows.row(state, where=where, clause=row_clause, expected_vote=local_vote(state), got_vote=vote,
+                row_clause = profile.vote_clause(state) if vote_wrong and not boundary_only else clause
+                rows.append(decision_rows.row(state, where=where, clause=row_clause, expected_vote=profile.vote(state), got_vote=vote,
                                               expected_decision=want, got_decision=got))
             if got != want:
-                wrong.append(f"{clause}: {describe(state)}, {where}: {impl.name} decided {'terminate' if got else 'wait'}, the spec {'terminate' if want else 'wait'}")
+                wrong.append(f"{clause}: {describe(state)}, {where}: {impl.name} decided {'terminate' if got else 'wait'}, "
+                             f"its profile ({profile.id}) {'terminate' if want else 'wait'}")
     # The report lists the rows that disagree, and which upstream shape disagrees in exactly those.
-    request.node.user_properties.append(decision_rows.rows_property(policy, rows))
-    assert not wrong, f"{len(wrong)} decisions against the spec ({len(states)} states):\n" + "\n".join(wrong)
+    request.node.user_properties.append(decision_rows.rows_property(policy, rows, profile.id))
+    assert not wrong, f"{len(wrong)} decisions against the {profile.id} profile ({len(states)} states):\n" + "\n".join(wrong)
     # The votes it recorded (what entered the reduce) agree with the spec too.
     assert_no_violations(trace.trace(), config, clauses=["D"])
 
@@ -117,8 +121,8 @@ def test_guard_enters_the_vote_before_the_reduce(impl, make_cache, clock, trace,
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.clause("T2", "D5")
-def test_timeout_boundary_is_strict(impl, make_cache, clock):
+@pytest.mark.clause("T2", "D5", "A1", "A3")
+def test_timeout_boundary_is_strict(impl, make_cache, clock, profile):
     config = TerminationConfig(policy="timeout", page_size=PAGE_SIZE, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
     budget = timeout_budget(config, 2)
@@ -128,13 +132,14 @@ def test_timeout_boundary_is_strict(impl, make_cache, clock):
     partial = dict(policy="timeout", page_size=PAGE_SIZE, hit_pages=2, completed_tokens=PAGE_SIZE,
                    pool_transfers_present=False, pool_transfers_done=True, terminated=False)
     op = cache.make_operation(DecisionState(timed_out=False, **partial), start_time=at_deadline)
-    assert cache.can_terminate(op) is False, f"T2: {impl.name} timed out an operation at exactly its deadline ({budget}s elapsed); the spec needs strictly more"
+    boundary = profile.boundary_clause
+    assert cache.can_terminate(op) is False, f"{boundary}: {impl.name} timed out an operation at exactly its deadline ({budget}s elapsed); the spec needs strictly more"
     just_past = math.nextafter(at_deadline, -math.inf)
     op = cache.make_operation(DecisionState(timed_out=True, **partial), start_time=just_past)
-    assert cache.can_terminate(op) is True, f"T2: {impl.name} did not time out an operation one clock tick past its {budget}s deadline"
+    assert cache.can_terminate(op) is True, f"{boundary}: {impl.name} did not time out an operation one clock tick past its {budget}s deadline"
 
 
-@pytest.mark.clause("T1", "D5")
+@pytest.mark.clause("T1", "D5", "A1")
 @pytest.mark.parametrize(
     "base, per_ki, cap, elapsed, timed_out",
     [

@@ -23,9 +23,9 @@ from conformance.report import INTERLEAVINGS_KEY
 # IO after terminate changes the schedule count (F1), in-flight slots (F5).
 COMMON_CLAUSES = ("S1", "S2", "S3", "S5", "F1", "F3", "F5", "F6", "F8")
 POLICY_CLAUSES = {
-    "best_effort": ("D1",),
-    "wait_complete": ("D2", "D3", "D4", "L1"),
-    "timeout": ("D2", "D3", "D5", "T2", "L2"),
+    "best_effort": ("D1", "A1"),
+    "wait_complete": ("D2", "D3", "D4", "L1", "A1"),
+    "timeout": ("D2", "D3", "D5", "T2", "L2", "A1", "A2", "A3"),
 }
 
 
@@ -38,12 +38,12 @@ def _params():
 
 
 @pytest.mark.parametrize("scenario,root", list(_params()))
-def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[str, ...], tmp_path, request):
+def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[str, ...], tmp_path, request, profile):
     io_order = adapter_io_order(impl)
-    result = explore(make_cache, scenario, storage_dir=tmp_path / "explored", root=root, io_order=io_order)
+    result = explore(make_cache, scenario, storage_dir=tmp_path / "explored", root=root, io_order=io_order, profile=profile.id)
     # The matrix summary prints one line of counts per implementation, summed over the subtrees (and the JSON report carries them).
     request.node.user_properties.append((INTERLEAVINGS_KEY, result.count))
-    want = expected_schedules(scenario, result.extra_pools, io_order, root)
+    want = expected_schedules(scenario, result.extra_pools, io_order, root, profile)
     assert result.count == want, (
         f"explored {result.count} schedules beginning '{format_schedule(root)}'; the spec's state machine with "
         f"{scenario.kv_batches} KV batches, {result.extra_pools} extra pools and IO order {io_order!r} yields {want} "

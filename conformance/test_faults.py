@@ -50,9 +50,9 @@ class Rig:
 
 
 @pytest.fixture
-def rig(make_cache, clock, tmp_path):
+def rig(make_cache, clock, tmp_path, profile):
     """Caches on a trace that wakes waiters on every event, with a gate on it."""
-    trace = WatchedTrace(clock)
+    trace = WatchedTrace(clock, profile=profile.id)
     gate = Gate(trace)
     storage_dir = tmp_path / "fault-storage"
 
@@ -142,7 +142,7 @@ def assert_usable_prefix(cache, loaded, committed: int, usable_pages: int, damag
 
 # --- storage raising -------------------------------------------------------------------------
 
-@pytest.mark.clause("F3", "F8", "S1", "S3", "S5", "L1")
+@pytest.mark.clause("F3", "F11", "F8", "S1", "S3", "S5", "L1", "L5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 @pytest.mark.parametrize("batch", [1, 2])
 def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
@@ -161,7 +161,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
 
 # --- partial hits and damaged pages --------------------------------------------------------------
 
-@pytest.mark.clause("F3", "F4", "F8", "S3", "S5")
+@pytest.mark.clause("F3", "F11", "F4", "F8", "S3", "S5")
 @pytest.mark.parametrize("pool", ["kv", "indexer", "mamba"])
 def test_partial_hit_loads_only_the_stored_prefix(rig, impl, pool):
     cache = rig.make("wait_complete")
@@ -190,8 +190,15 @@ def _damage_header(path: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
-@pytest.mark.clause("F3", "F4", "F8", "S1", "S3", "S5")
-@pytest.mark.parametrize("damage", [_truncate, _damage_header], ids=["truncated", "bad-header"])
+def _flip_payload_byte(path: Path) -> None:
+    """Bit rot: one bit of the last byte (payload in any layout that puts a header first), the file's length unchanged."""
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.clause("F3", "F11", "F4", "F8", "S1", "S3", "S5", "S7", "L5")
+@pytest.mark.parametrize("damage", [_truncate, _damage_header, _flip_payload_byte], ids=["truncated", "bad-header", "payload-bit-flip"])
 @pytest.mark.parametrize("pool", ["kv", "indexer", "mamba"])
 def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
     cache = rig.make("wait_complete")
@@ -202,16 +209,22 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
     assert cache.prefetch(RID, tokens) == len(tokens)  # the page exists: only the get finds it unusable
     cache.wait_prefetch_io(RID)
     committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
-    loaded = finish(rig, cache, "wait_complete", tokens, data, committed)
+    try:
+        loaded = finish(rig, cache, "wait_complete", tokens, data, committed)
+    except AssertionError as exc:
+        # The bytes were damaged on purpose: serving them is a damage check missing (S7), not a copy gone wrong.
+        if str(exc).startswith("S5: "):
+            raise AssertionError(f"S7: a damaged page of pool {pool} was served as data: {str(exc)[4:]}") from None
+        raise
     assert_usable_prefix(cache, loaded, committed, usable, pool)
 
 
 # --- IO past the timeout ---------------------------------------------------------------------------
 
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch, then the extra-pool get after all of KV")
-@pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F4", "F5", "F10", "S1", "S3", "S5")
+@pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F11", "F4", "F5", "F10", "S1", "S3", "S5")
 @pytest.mark.parametrize("held", ["kv-batch-2", "extra-pool"])
-def test_io_past_the_timeout_is_excluded(rig, impl, held):
+def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
     cache = rig.make("timeout")
     extras = extra_pools(cache)
     if held == "extra-pool" and not extras:
@@ -222,7 +235,7 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held):
     assert cache.prefetch(RID, tokens) == len(tokens)
     hold.wait_reached()
     # Held extra pool: KV complete, a transfer pending (D3); held KV batch: KV incomplete, not timed out (D5).
-    clause = "D3" if held == "extra-pool" else "D5"
+    clause = profile.counterpart("D3" if held == "extra-pool" else "D5")
     assert cache.check_progress([RID]) == {}, f"{clause}: terminated with the {held} transfer still running, before the deadline"
     rig.clock.advance(timeout_budget(rig.config("timeout"), PAGES) + 0.5)
     done = cache.check_progress([RID])
@@ -242,7 +255,7 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held):
 
 # --- an extra pool failing after KV succeeded ---------------------------------------------------------
 
-@pytest.mark.clause("F3", "F4", "F6", "F10", "S1", "S5", "L1")
+@pytest.mark.clause("F3", "F11", "F4", "F6", "F10", "S1", "S5", "L1", "L5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout", "best_effort"])
 def test_extra_pool_failing_after_kv(rig, impl, policy):
     cache = rig.make(policy)

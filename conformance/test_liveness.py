@@ -38,9 +38,9 @@ def last_transfer(cache, trace):
     return "last KV batch", io_start("kv", nth=PAGES // BATCH, trace=trace)
 
 
-@pytest.mark.clause("L1", "D4", "D5", "S5")
+@pytest.mark.clause("L1", "D4", "D5", "A1", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
-def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, gate, policy):
+def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, gate, policy, profile):
     config = TerminationConfig(policy=policy, page_size=PS)
     cache = make_cache(termination=config, batch_pages=BATCH)
     tokens, data = stored_request(cache, seed=21, pages=PAGES, page_size=PS)
@@ -49,7 +49,7 @@ def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, 
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     # Held extra-pool get: KV is complete, transfers pending (D3); held KV batch: KV incomplete.
-    clause = "D3" if description.endswith(" get") else ("D4" if policy == "wait_complete" else "D5")
+    clause = profile.counterpart("D3" if description.endswith(" get") else ("D4" if policy == "wait_complete" else "D5"))
     for _ in range(3):
         assert cache.check_progress(["r1"]) == {}, f"{clause}: stopped waiting with the {description} still running (before any deadline)"
     held.release()
@@ -62,9 +62,9 @@ def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, 
     close_and_check(cache, trace, config)
 
 
-@pytest.mark.clause("L2", "T1", "T2", "F5", "F8", "S3")
+@pytest.mark.clause("L2", "T1", "T2", "A3", "F5", "F8", "S3")
 @pytest.mark.parametrize("held_batch", [1, 2], ids=["first-batch-held", "second-batch-held"])
-def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, trace, gate, clock, held_batch):
+def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, trace, gate, clock, held_batch, profile):
     # Binary fractions, so the deadline is exact on the clock.
     config = TerminationConfig(policy="timeout", page_size=PS, timeout_base_s=2.0, timeout_per_ki_token_s=0.5, timeout_max_s=30.0)
     cache = make_cache(termination=config, batch_pages=BATCH)
@@ -75,9 +75,11 @@ def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, 
     start = op_events(trace, "r1", EventKind.OP_START)[0]
     started = float((start.value or {}).get("start", start.t))
     deadline = started + timeout_budget(config, PAGES)
-    assert cache.check_progress(["r1"]) == {}, "D5: stopped waiting before the deadline with KV incomplete"
+    # This first check also starts the timer of a profile that starts it at the first blocked check, at the start time.
+    assert cache.check_progress(["r1"]) == {}, f"{profile.counterpart('D5')}: stopped waiting before the deadline with KV incomplete"
     clock.set(deadline)
-    assert cache.check_progress(["r1"]) == {}, f"T2: stopped waiting at exactly the deadline ({deadline - started}s after start); timed out means strictly later"
+    assert cache.check_progress(["r1"]) == {}, (f"{profile.counterpart('T2')}: stopped waiting at exactly the deadline ({deadline - started}s "
+                                                f"after start); timed out means strictly later")
     clock.set(math.nextafter(deadline, math.inf))
     done = cache.check_progress(["r1"])
     assert "r1" in done, "L2: a check past the deadline must terminate the prefetch"

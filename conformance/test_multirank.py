@@ -26,6 +26,7 @@ from conformance.multirank import (
     run_or_fail,
 )
 from spec.fence import HitPolicy
+from spec.profiles import VOTE_PROFILES
 from spec.trace import EventKind
 
 FULL = 16  # tokens of every scenario's request (4 pages of 4)
@@ -71,65 +72,105 @@ WORLDS = [pytest.param(2, id="2ranks"), pytest.param(4, id="4ranks")]
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
-    """Rank r's KV completes at step r + 1: no rank finishes before the slowest, all finish with it."""
+    """Rank r's KV completes at step r + 1: no rank finishes before the slowest, all finish with it.
+
+    At step r the last rank's KV has arrived and its extra-pool transfer is
+    held; without extra pools its IO is done there, a step earlier.
+    """
     (outcome,) = run_ranks([Scenario("skewed_kv", {"policy": policy})], world_size)
-    last = f"cache 0 check {world_size}"
-    assert outcome.finished_at("r1") == {rank: (last, FULL) for rank in range(world_size)}
+    last = f"cache 0 check {world_size if extra_pools(outcome) else world_size - 1}"
+    finished = outcome.finished_at("r1")
+    assert finished == {rank: (last, FULL) for rank in range(world_size)}, (
+        f"L1/S4: every rank must finish r1 with all {FULL} tokens at {last}, when the slowest rank's IO ended (got {finished})")
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F5")
+@pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F11", "F5")
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
     """timeout: rank 0 not past its deadline votes no while the others vote yes; then rank 0 completes."""
     (outcome,) = run_ranks([Scenario("one_rank_timed_out")], world_size)
     finished = outcome.finished_at("r1")
-    assert {label for label, _ in finished.values()} == {"cache 0 check 2"}, finished
+    # The vote per check: rank 0's no holds everyone at check 1, its completion ends the wait at check 2. The ACK drain:
+    # check 1 starts its timer (start_wait), and at check 2 any rank past its deadline ends the wait for all (A2).
+    assert all(f is not None for f in finished.values()) and {label for label, _ in finished.values()} == {"cache 0 check 2"}, (
+        f"L2/X1: every rank must end r1 at check 2 (got {finished})")
     tokens = {t for _, t in finished.values()}
-    assert len(tokens) == 1
+    assert len(tokens) == 1, f"S4: the ranks committed different lengths of r1: {finished}"
     # The slow ranks had loaded only part of KV and no extra pool: with an ALL_PAGES pool nothing is committable.
     want = expected_commit_pages(outcome, "r1") * 4
-    assert tokens == {want}
-    assert want < FULL
+    assert tokens == {want} and want < FULL, f"F3/F11: the commit must be the fence's MIN over ranks ({want} tokens), got {tokens}"
     if has_all_pages_extra(outcome):
-        assert want == 0
+        assert want == 0, f"F3: with an ALL_PAGES pool still held on the slow ranks nothing is committable (the fence allows {want})"
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("D3", "X3", "X1", "F3", "F4", "S1", "S4")
+@pytest.mark.clause("D3", "X3", "X1", "F3", "F11", "F4", "S1", "S4")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
-def test_extra_pool_pending_on_one_rank(run_ranks, impl, world_size, policy):
+def test_extra_pool_pending_on_one_rank(run_ranks, impl, world_size, policy, profile):
     """The last rank has KV but its extra-pool transfer is held; the other ranks are done."""
     if not impl.default_extra_pools:
         pytest.skip(f"{impl.name} runs without extra pools by default")
     (outcome,) = run_ranks([Scenario("extra_pool_pending_on_one_rank", {"policy": policy})], world_size)
-    assert outcome.ranks[-1].notes["pending_extra"], "the last rank's extra-pool transfer was not held at the check"
+    assert outcome.ranks[-1].notes["pending_extra"], "test setup: the last rank's extra-pool transfer was not held at the check"
+    if profile.id not in VOTE_PROFILES:
+        return  # the ACK drain waits for landed KV's sidecar by design (A1); scenario_problems judged what every profile owes
     finished = outcome.finished_at("r1")
     if policy == "wait_complete":
         # D3 before the reduce: the pending rank's no holds everyone; the next check commits everything.
-        assert finished == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}
+        assert finished == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}, (
+            f"D3/X3: the pending rank's no holds every rank at check 1, and check 2 commits all {FULL} tokens (got {finished})")
     else:
         # Everyone timed out: terminate at once; the held extra pool is excluded by the fence.
         want = 0 if has_all_pages_extra(outcome) else FULL
-        assert finished == {rank: ("cache 0 check 1", want) for rank in range(world_size)}
+        assert finished == {rank: ("cache 0 check 1", want) for rank in range(world_size)}, (
+            f"L2/F3: every rank past its deadline ends r1 at check 1, committing {want} tokens (got {finished})")
 
 
+def assert_aborted_on_one_rank(outcome, world_size: int, aborting: int) -> None:
+    r1 = outcome.finished_at("r1")
+    assert r1[aborting] is None, "X4: the aborting rank no longer tracks r1: it must not report it finished"
+    assert {rank: r1[rank] for rank in range(aborting)} == {rank: ("cache 0 check 1", 0) for rank in range(aborting)}, (
+        f"X4/S4: the ranks still tracking r1 must end it at the check where a peer dropped it, committing 0 (got {r1})")
+    r2 = outcome.finished_at("r2")
+    assert r2 == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}, f"L1/S4: r2, checked in the same steps, must commit in full at check 2 (got {r2})"
+    matches = [r.matches["r1"] for r in outcome.ranks]
+    assert all(m == (0, 0) for m in matches), f"F8: an aborted r1 must leave nothing in the tree (matches {matches})"
+
+
+@pytest.mark.precondition("abort_on_one_rank")
 @pytest.mark.clause("X4", "X2", "L3", "S4", "F8")
 @pytest.mark.parametrize("peers_level", ["partial", "done"])
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_abort_on_one_rank_joins_untracked(run_ranks, world_size, peers_level):
-    """One rank drops r1 while its peers still track it; r2 shares every step with r1."""
+    """One rank drops r1 while its peers still track it (the abort reached it alone); r2 shares every step with r1."""
     aborting = world_size - 1
     (outcome,) = run_ranks([Scenario("abort_on_one_rank", {"aborting_rank": aborting, "peers_level": peers_level})], world_size)
-    r1 = outcome.finished_at("r1")
-    assert r1[aborting] is None, "the aborting rank no longer tracks r1: it must not report it finished"
-    assert {rank: r1[rank] for rank in range(aborting)} == {rank: ("cache 0 check 1", 0) for rank in range(aborting)}
-    assert outcome.finished_at("r2") == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}
-    assert all(r.matches["r1"] == (0, 0) for r in outcome.ranks), [r.matches for r in outcome.ranks]
+    assert_aborted_on_one_rank(outcome, world_size, aborting)
 
 
-@pytest.mark.clause("S4", "S5", "X1", "L3", "F3")
+@pytest.mark.precondition("rank_local_abort_clock")
+@pytest.mark.clause("X4", "X2", "L3", "S4", "F8")
+@pytest.mark.parametrize("world_size", WORLDS)
+def test_waiting_timeout_abort_on_one_rank(run_ranks, impl, harness, world_size):
+    """The scheduler's waiting timeout, read from each rank's own clock, passes on one rank a step before its peers.
+
+    That rank aborts r1 (releases its prefetch) while its peers still track it:
+    the cache must stay in step with them, as for any abort on one rank.
+    """
+    aborting = world_size - 1
+    scenario = Scenario("abort_on_one_rank", {"aborting_rank": aborting, "peers_level": "partial", "cause": "rank_local_clock"})
+    try:
+        (outcome,) = run_ranks([scenario], world_size)
+    except MultiRankError as exc:
+        cause = harness.declarations_of(impl).deployment.get("rank_local_abort_clock")
+        where = "; ".join(cause[1]) if cause else "a deployment whose scheduler aborts on a rank-local clock"
+        raise MultiRankError(f"{exc}\n(rank {aborting}'s own clock passed the waiting timeout first, so it alone aborted r1: {where})") from None
+    assert_aborted_on_one_rank(outcome, world_size, aborting)
+
+
+@pytest.mark.clause("S4", "S5", "X1", "L3", "F3", "F11")
 def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     """Rank 1's storage lacks the last two pages: the hit is the MIN, on both ranks."""
     (outcome,) = run_ranks([Scenario("storage_miss_on_one_rank", {"missing_rank": 1})])
@@ -139,7 +180,7 @@ def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     assert {r.rank: [(load.request_id, load.tokens) for load in r.loads] for r in outcome.ranks} == {0: [("r1", 8)], 1: [("r1", 8)]}
 
 
-@pytest.mark.clause("S4", "F3", "X1", "L1", "L3")
+@pytest.mark.clause("S4", "F3", "F11", "X1", "L1", "L3")
 def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     """Rank 1's second KV batch fails in storage: it trims its hit, and both ranks commit the MIN."""
     (outcome,) = run_ranks([Scenario("get_fails_on_one_rank", {"failing_rank": 1})])
@@ -148,23 +189,31 @@ def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     assert failed, "the injected failure did not reach rank 1's load"
 
 
-@pytest.mark.clause("X1", "F7", "S4", "L3")
+@pytest.mark.clause("X1", "F7", "S4", "L3", "L5")
 @pytest.mark.parametrize("world_size", WORLDS)
-def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size):
-    """The last rank's load fails and revokes r1 while every rank still tracks it and the peers vote no.
+def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size, profile):
+    """The last rank's load fails while every rank still tracks r1 and the peers' loads are held.
 
-    X1's other half: "any rank terminated" must reach every rank through the
-    vote collective's payload; a single rank never needs it.
+    Under the vote per check the failing rank revokes r1 (terminated), and
+    X1's other half, "any rank terminated", must reach every rank through the
+    vote collective's payload at that check. Every profile: the ranks agree
+    (S4), run the same collectives (L3), and the failure ends the transfer,
+    not the IO thread (L5).
     """
     failing = world_size - 1
     (outcome,) = run_ranks([Scenario("terminated_on_one_rank", {"failing_rank": failing})], world_size)
-    assert [r.notes["terminated_before_check"] for r in outcome.ranks] == [rank == failing for rank in range(world_size)], \
-        "test setup: only the failing rank must have terminated r1 before the check"
-    assert outcome.finished_at("r1") == {rank: ("cache 0 check 1", 0) for rank in range(world_size)}
+    if profile.id not in VOTE_PROFILES:
+        return  # how the ACK drain ends a failed load is its drain's business; scenario_problems judged what every profile owes
+    terminated = [r.notes["terminated_before_check"] for r in outcome.ranks]
+    assert terminated == [rank == failing for rank in range(world_size)], (
+        f"F7: the failing rank must revoke r1 (marked terminated) after its failed load, and only it (terminated per rank: {terminated})")
+    finished = outcome.finished_at("r1")
+    assert finished == {rank: ("cache 0 check 1", 0) for rank in range(world_size)}, (
+        f"X1: a rank that terminated r1 ends it on every rank at that check, committing 0 (got {finished})")
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
+@pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F11", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
 @pytest.mark.parametrize("policy", ["timeout", "wait_complete", "best_effort"])
 def test_cross_rank_orders_around_the_vote(run_ranks, policy):
     """Every combination of where each rank's IO is at its vote and at its terminate (2 ranks).
@@ -248,23 +297,32 @@ def test_first_divergence_names_position_and_ranks():
 GRID = "2x2"
 
 
-@pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5")
-def test_2x2_groups_skewed_io_and_an_abort(run_ranks, impl, require):
-    """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.
-
-    Skewed KV: every rank finishes at the slowest rank's step. An abort on the
-    last rank: it joins neutrally on both its groups. Every check runs one vote
-    collective per group and id (X2, X4) and the ranks of each group run the
-    same collectives on it (L3): scenario_problems() compares them group by group.
-    """
+@pytest.mark.precondition("abort_on_one_rank")
+@pytest.mark.clause("X2", "X4", "L3", "S4")
+def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
+    """Four ranks reducing over two vote groups each: an abort on the last rank joins neutrally on both its groups."""
     require(impl, "vote_groups")
-    skewed, aborted = run_ranks([
-        Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"}),
+    (aborted,) = run_ranks([
         Scenario("in_groups", {"layout": GRID, "inner": "abort_on_one_rank", "aborting_rank": 3, "peers_level": "done"}),
     ], 4)
-    assert skewed.finished_at("r1") == {rank: ("cache 0 check 4", FULL) for rank in range(4)}
-    assert aborted.finished_at("r2") == {rank: ("cache 0 check 2", FULL) for rank in range(4)}
-    assert {r.rank: r.matches["r1"] for r in aborted.ranks} == {rank: (0, 0) for rank in range(4)}
+    r2 = aborted.finished_at("r2")
+    assert r2 == {rank: ("cache 0 check 2", FULL) for rank in range(4)}, f"L1/S4: r2 must commit in full at check 2 on every rank (got {r2})"
+    matches = {r.rank: r.matches["r1"] for r in aborted.ranks}
+    assert matches == {rank: (0, 0) for rank in range(4)}, f"F8: the aborted r1 must leave nothing in any rank's tree (matches {matches})"
+
+
+@pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5")
+def test_2x2_groups_skewed_io(run_ranks, impl, require):
+    """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.
+
+    Skewed KV: every rank finishes at the slowest rank's step. Every check runs
+    one vote collective per group and id (X2, X4) and the ranks of each group
+    run the same collectives on it (L3): scenario_problems() compares them group by group.
+    """
+    require(impl, "vote_groups")
+    (skewed,) = run_ranks([Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"})], 4)
+    finished = skewed.finished_at("r1")
+    assert finished == {rank: ("cache 0 check 4", FULL) for rank in range(4)}, f"L1/S4: every rank must finish r1 at the slowest rank's step (got {finished})"
     for r in skewed.ranks:
         groups = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE}
         # X2: upstream's attention rule (every attention group larger than one rank), or hi_mamba's (tp only).

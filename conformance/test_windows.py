@@ -28,9 +28,8 @@ from conformance.races import (
     trailing_pools,
     vote_of,
 )
-from conformance.scenarios import drive, request_data, request_tokens, store
+from conformance.scenarios import drive, pass_deadline, request_data, request_tokens, store
 from spec.config import TerminationConfig
-from spec.timeout import timeout_budget
 from spec.trace import EventKind
 
 PS = 4  # page size
@@ -62,14 +61,14 @@ def extra_cache(impl, make_cache, policy: str, pool: str):
 @pytest.mark.clause("D3", "D4", "D5", "L1", "S1", "S5")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
-def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, policy, pool):
+def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, policy, pool, profile):
     cache, config = extra_cache(impl, make_cache, policy, pool)
     tokens, data = stored_request(cache, seed=11, pages=PAGES, page_size=PS)
     held = gate.hold(f"{pool} get", io_start(pool))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     for _ in range(3):
-        assert cache.check_progress(["r1"]) == {}, f"D3: {policy} stopped waiting while the {pool} get was still running (KV complete, pool transfers pending)"
+        assert cache.check_progress(["r1"]) == {}, f"{profile.counterpart('D3')}: {policy} stopped waiting while the {pool} get was still running (KV complete, pool transfers pending)"
     held.release()
     cache.wait_prefetch_io("r1")
     assert cache.check_progress(["r1"]) == {"r1": len(tokens)}, f"L1: the first check after every IO ended must commit the whole hit ({len(tokens)} tokens)"
@@ -79,16 +78,16 @@ def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, poli
 
 # --- W1: best_effort skips the guard; the fence must not -----------------------------
 
-@pytest.mark.clause("D1", "F6", "F3", "F4", "F5", "S1", "S3")
+@pytest.mark.clause("D1", "F6", "F3", "F11", "F4", "F5", "S1", "S3")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
-def test_w1_best_effort_commit_excludes_running_extra_get(impl, make_cache, trace, gate, pool):
+def test_w1_best_effort_commit_excludes_running_extra_get(impl, make_cache, trace, gate, pool, profile):
     cache, config = extra_cache(impl, make_cache, "best_effort", pool)
     tokens, data = stored_request(cache, seed=12, pages=PAGES, page_size=PS)
     held = gate.hold(f"{pool} get", io_start(pool))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     done = cache.check_progress(["r1"])
-    assert "r1" in done, "D1: best_effort must stop waiting at the first check"
+    assert "r1" in done, f"{profile.counterpart('D1')}: best_effort must stop waiting at the first check"
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
     if pool in all_pages_extra_pools(cache):
         assert committed == 0, f"F6: best_effort committed {committed} tokens whose {pool} pages were still being written"
@@ -101,7 +100,7 @@ def test_w1_best_effort_commit_excludes_running_extra_get(impl, make_cache, trac
 
 # --- W2: under timeout, IO moves between the vote and the terminate --------------------
 
-def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str | None, timed_out: bool) -> tuple[dict, object]:
+def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str | None, timed_out: bool, profile) -> tuple[dict, object]:
     """Hold the scheduler at its vote (no KV loaded yet), let KV finish and the next transfer start, then let it terminate.
 
     The next transfer, held until the caller releases it, is the `pool` get,
@@ -112,12 +111,12 @@ def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str |
     assert cache.prefetch("r1", tokens) == len(tokens)
     first_kv.wait_reached()
     if timed_out:
-        clock.advance(timeout_budget(config, len(tokens) // PS) + 1.0)
+        pass_deadline(cache, clock, config, len(tokens) // PS, ["r1"], profile)
     at_vote = gate.hold("scheduler at its vote", vote_of("r1"))
     checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
     try:
         vote = at_vote.wait_reached()
-        clause = "D5" if timed_out else "D1"
+        clause = profile.counterpart("D5" if timed_out else "D1")
         assert vote.value is True, f"{clause}: the vote with nothing loaded{' past the deadline' if timed_out else ''} must be yes (it was {vote.value})"
         first_kv.release()
         later.wait_reached()  # KV moved on while the scheduler sat between vote and terminate
@@ -133,12 +132,12 @@ def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str |
     return checker.result(), later
 
 
-@pytest.mark.clause("F1", "F2", "F3", "F5", "S1", "S2")
+@pytest.mark.clause("F1", "F2", "F3", "F11", "F5", "S1", "S2")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
-def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, clock, pool):
+def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, clock, pool, profile):
     cache, config = extra_cache(impl, make_cache, "timeout", pool)
     tokens, data = stored_request(cache, seed=13, pages=PAGES, page_size=PS)
-    done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=pool, timed_out=True)
+    done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=pool, timed_out=True, profile=profile)
     assert "r1" in done, "L2: past its deadline with a yes vote, the check must terminate the prefetch"
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
     later.release()
@@ -149,18 +148,18 @@ def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, c
 # --- W3: a partial prefetch with an ALL_PAGES pool ------------------------------------
 
 @pytest.mark.io_order("kv_then_extras", "holds a KV batch and expects the ALL_PAGES pool to wait for all of KV")
-@pytest.mark.clause("F3", "F4", "F5", "S1", "S5")
+@pytest.mark.clause("F3", "F11", "F4", "F5", "S1", "S5")
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
-def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, trace, gate, clock, policy):
+def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, trace, gate, clock, policy, profile):
     cache, config = make(make_cache, policy)
     tokens, data = stored_request(cache, seed=14, pages=PAGES, page_size=PS)
     second_kv = gate.hold("second KV batch", io_start("kv", nth=2, trace=trace))
     assert cache.prefetch("r1", tokens) == len(tokens)
     second_kv.wait_reached()
     if policy == "timeout":
-        clock.advance(timeout_budget(config, PAGES) + 1.0)
+        pass_deadline(cache, clock, config, PAGES, ["r1"], profile)
     done = cache.check_progress(["r1"])
-    assert "r1" in done, f"{'D1' if policy == 'best_effort' else 'L2'}: the partial prefetch must end at this check"
+    assert "r1" in done, f"{profile.counterpart('D1') if policy == 'best_effort' else 'L2'}: the partial prefetch must end at this check"
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
     if all_pages_extra_pools(cache):
         assert committed == 0, f"F3: committed {committed} tokens of a partial prefetch whose {all_pages_extra_pools(cache)} get never ran"
@@ -196,12 +195,12 @@ def test_w4_revoked_prefetch_is_terminated(impl, make_cache, trace, policy):
 
 # --- W5: the commit uses the progress snapshot taken with the terminate --------------
 
-@pytest.mark.clause("F2", "F1", "F3", "F5", "S1", "S2")
-def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, gate, clock):
+@pytest.mark.clause("F2", "F1", "F3", "F11", "F5", "S1", "S2")
+def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, gate, clock, profile):
     cache, config = make(make_cache, "best_effort")
     tokens, data = stored_request(cache, seed=16, pages=PAGES, page_size=PS)
     extras = all_pages_extra_pools(cache) or trailing_pools(cache)
-    done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=extras[0] if extras else None, timed_out=False)
+    done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=extras[0] if extras else None, timed_out=False, profile=profile)
     terminates = op_events(trace, "r1", EventKind.TERMINATE)
     assert len(terminates) == 1, f"F2: expected one terminate of r1, saw {len(terminates)}"
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
@@ -212,7 +211,7 @@ def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, g
 
 # --- P6: the sidecar comes back shorter than KV ------------------------------------------
 
-@pytest.mark.clause("F3", "S5", "L1")
+@pytest.mark.clause("F3", "F11", "S5", "L1")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
 def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_path, policy):
     require(impl, "pool:indexer")

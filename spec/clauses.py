@@ -6,10 +6,12 @@ meaning; a retired rule keeps its ID out of use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from spec.errors import ConfigError
+from spec.kinds import Kind
+from spec.profiles import ACK_DRAIN, FENCED_VOTE, PROFILES, VOTE_PROFILES
 
 
 class Stance(str, Enum):
@@ -33,6 +35,12 @@ class Clause:
     upstream: str
     evidence: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    kind: Kind = Kind.SAFETY
+    # The architecture profiles (spec/profiles.py) the clause judges; empty: every profile.
+    profiles: tuple[str, ...] = ()
+
+    def applies_to(self, profile_id: str) -> bool:
+        return not self.profiles or profile_id in self.profiles
 
 
 GROUPS = {
@@ -43,6 +51,7 @@ GROUPS = {
     "F": "Fence (what may be inserted)",
     "S": "Safety invariants over the trace",
     "L": "Liveness invariants over the trace",
+    "A": "ACK drain (the 0.5.2x architecture's own mechanism)",
 }
 
 # Where the upstream evidence lives. Paths are under python/sglang/srt/ of SGLang;
@@ -167,7 +176,7 @@ _CLAUSES = [
            (f"{CONTROLLER}: HiCacheController.terminate_prefetch",
             f"{HYBRID_CONTROLLER}: PrefetchOperation.is_terminated")),
     Clause("F3", "F", "Commit clamped to every ALL_PAGES pool",
-           "Committed pages = MIN across ranks of min(KV completed pages, completed pages of every ALL_PAGES pool); a slot enters the tree only after a successful load into it has ended.",
+           "Committed pages never exceed the MIN across ranks of min(KV completed pages, completed pages of every ALL_PAGES pool) at terminate; a slot enters the tree only after a successful load into it has ended. (That the commit also reaches this length is F11.)",
            "KV paired with stale or missing index pages produces garbage silently.",
            Stance.CORRECTS,
            "hiradix inserts prefetch_key[:min_completed_tokens], the MIN of KV progress alone. The extra-pool get runs only when KV fully completed, and pool_transfers_done is set either way, so a partial prefetch inserts KV pages whose index pages were never read (window 3), and a short pool result still inserts the full KV prefix (failure class 6).",
@@ -281,9 +290,86 @@ _CLAUSES = [
            "The IO thread waits in the backend's batch_get_v2 (and each KV batch get) until it returns; no bound ends a transfer, so pool_transfers_done is set only when the backend returns.",
            (f"{HYBRID_CONTROLLER}: HybridCacheController._page_transfer", "issue #35012"),
            ("F3", "F5")),
+    Clause("L5", "L", "A storage error ends its transfer, not the IO machinery",
+           "A storage call that raises or fails ends that transfer as failed (a KV batch, a pool transfer, a backup): its operation then ends as L1 and L2 say, and the thread that ran it goes on to later transfers.",
+           "An IO or backup thread that dies on one backend error strands every operation behind it: their slots never return, the rate limit stays taken, and across ranks the peers wait in collectives for progress that never comes.",
+           Stance.CORRECTS,
+           "prefetch_io_aux_func and backup_thread_func catch only queue.Empty: an exception from a storage call (HiCacheFile.get raises IOError('Short read')) ends the thread, so the operation is neither completed nor terminated and no later prefetch or backup of that cache runs.",
+           (f"{CONTROLLER}: HiCacheController.prefetch_io_aux_func and backup_thread_func (`except Empty`)",)),
+    Clause("S6", "S", "Pages of another configuration are misses",
+           "A page stored by a configuration whose KV format differs (dtype, per-pool layout, page size, tensor-parallel rank or size) is never served: reading it is a miss, never bytes.",
+           "A page of another format is someone else's bytes: served, it is garbage in this model's attention, silently.",
+           Stance.CORRECTS,
+           "HiCacheFile's key suffix holds the model name and the tensor-parallel rank and size, not the dtype or layout, and get rejects only a short read: a page written by a server with larger or differently typed KV entries is served as data.",
+           ("9e9fde147 mem_cache/hicache_storage.py: HiCacheFile.__init__ (the key suffix) and HiCacheFile.get (`Short read` only)",)),
+    Clause("S7", "S", "Damaged pages are misses",
+           "A stored page whose bytes changed after they were written (bit rot, a torn write, a damaged header) is detected when read, by its length and a checksum bound to its key, and is a miss for that page and every later one.",
+           "Storage tiers outlive processes; without a check, damage is served as data.",
+           Stance.ADDS,
+           "HiCacheFile stores raw page bytes with no header, length or checksum; get detects a file shorter than the page and nothing else.",
+           ("9e9fde147 mem_cache/hicache_storage.py: HiCacheFile.get and set",)),
+    Clause("F11", "F", "The commit takes what the fence allows",
+           "The committed length reaches the fence's bound (F3): every page whose KV and every ALL_PAGES pool finished loading before terminate, agreed across ranks, is committed.",
+           "A prefetch that loaded pages and then drops them wastes the storage read it waited for.",
+           Stance.CORRECTS,
+           "0.5.2x commits the progress its ACK drain had acknowledged (MIN-reduced by the sync thread), which can lag the pages loaded when the check terminates: safe, and short.",
+           ("0.5.23 mem_cache/unified_radix_cache.py: UnifiedRadixCache._handle_prefetch_result (completed_tokens as the drain left it)",)),
+    Clause("A1", "A", "The ACK drain's vote decides only the timeout",
+           "_can_terminate_prefetch votes yes under best_effort, no under wait_complete (the drain commits completion), and under timeout yes exactly when the deadline (A3) has passed and KV has not landed.",
+           "Completion is committed by the ACK drain from MIN-reduced progress; a vote for it would only add collectives. Landed KV is not cut: the pending sidecar read that follows is what the wait is for.",
+           Stance.KEEPS,
+           "0.5.23's _can_terminate_prefetch and _prefetch_deadline_expired, as written.",
+           ("0.5.23 mem_cache/unified_radix_cache.py: UnifiedRadixCache._can_terminate_prefetch and _prefetch_deadline_expired",)),
+    Clause("A2", "A", "The ACK drain's timeout verdict is one MAX per check",
+           "Under timeout each check of an unfinished, unterminated operation runs one MAX all-reduce of the local verdict on each vote group, and every rank ends the wait if any rank's verdict is yes; under best_effort and wait_complete a check runs none. A terminated operation ends.",
+           "Wall clocks differ across ranks: one rank past its deadline decides for all, and the verdict is the same on every rank.",
+           Stance.KEEPS,
+           "0.5.23's _can_terminate_prefetch (MAX over tp, broadcast along pp) and check_prefetch_progress.",
+           ("0.5.23 mem_cache/unified_radix_cache.py: UnifiedRadixCache._can_terminate_prefetch (`_all_reduce(..., ReduceOp.MAX)`) and check_prefetch_progress",)),
+    Clause("A3", "A", "The ACK drain's deadline counts from the first blocked check",
+           "Under timeout the wait timer starts at the first check that finds the operation unfinished, and the operation is past its deadline strictly after base + pages * per-page seconds on that timer.",
+           "Time spent queued before the scheduler first asks is not the storage tier's fault.",
+           Stance.KEEPS,
+           "0.5.23's _start_storage_prefetch_wait ('Start at the first blocked admission poll') and _prefetch_deadline_expired (`elapsed() > timeout_s`).",
+           ("0.5.23 mem_cache/unified_radix_cache.py: UnifiedRadixCache._start_storage_prefetch_wait",)),
 ]
 
-CATALOGUE: dict[str, Clause] = {c.id: c for c in _CLAUSES}
+# Each clause's kind (spec/kinds.py) and, where it judges some architectures only, their profiles (spec/profiles.py).
+_VOTING = VOTE_PROFILES
+_KINDS: dict[str, tuple[Kind, tuple[str, ...]]] = {
+    "C1": (Kind.HARDENING, ()), "C2": (Kind.HARDENING, ()),
+    "D1": (Kind.MECHANISM, _VOTING), "D2": (Kind.MECHANISM, _VOTING), "D3": (Kind.MECHANISM, _VOTING),
+    "D4": (Kind.MECHANISM, _VOTING), "D5": (Kind.MECHANISM, _VOTING),
+    "T1": (Kind.HARDENING, ()), "T2": (Kind.MECHANISM, _VOTING),
+    "X1": (Kind.MECHANISM, _VOTING), "X2": (Kind.MECHANISM, _VOTING), "X3": (Kind.MECHANISM, _VOTING),
+    # Every rank skipping an untracked id alike hangs nothing (L3 judges a hang); joining neutrally is hardening.
+    "X4": (Kind.HARDENING, _VOTING),
+    "F1": (Kind.HARDENING, ()), "F2": (Kind.MECHANISM, (FENCED_VOTE.id,)), "F3": (Kind.SAFETY, ()),
+    "F4": (Kind.SAFETY, ()), "F5": (Kind.SAFETY, ()), "F6": (Kind.SAFETY, ()), "F7": (Kind.HARDENING, ()),
+    "F8": (Kind.SAFETY, ()), "F9": (Kind.SAFETY, ()), "F10": (Kind.SAFETY, ()), "F11": (Kind.HARDENING, ()),
+    "S1": (Kind.SAFETY, ()), "S2": (Kind.HARDENING, ()), "S3": (Kind.SAFETY, ()), "S4": (Kind.AGREEMENT, ()),
+    "S5": (Kind.SAFETY, ()), "S6": (Kind.SAFETY, ()), "S7": (Kind.HARDENING, ()),
+    "L1": (Kind.LIVENESS, ()), "L2": (Kind.LIVENESS, ()), "L3": (Kind.LIVENESS, ()), "L4": (Kind.HARDENING, ()),
+    "L5": (Kind.LIVENESS, ()),
+    "A1": (Kind.MECHANISM, (ACK_DRAIN.id,)), "A2": (Kind.MECHANISM, (ACK_DRAIN.id,)), "A3": (Kind.MECHANISM, (ACK_DRAIN.id,)),
+}
+
+def _with_kinds(clauses: list[Clause]) -> dict[str, Clause]:
+    missing = sorted({c.id for c in clauses} ^ set(_KINDS))
+    if missing:
+        raise ConfigError("clause kinds", missing, "exactly one kind entry per clause of the catalogue")
+    out = {}
+    for c in clauses:
+        kind, profiles = _KINDS[c.id]
+        unknown = [p for p in profiles if p not in PROFILES]
+        if unknown or (kind is Kind.MECHANISM and not profiles):
+            raise ConfigError(f"profiles of {c.id}", profiles, "profile ids of spec.profiles (a mechanism clause names at least one)")
+        out[c.id] = replace(c, kind=kind, profiles=profiles)
+    return out
+
+
+# Ordered by group, then as written (A last: another architecture's mechanism).
+CATALOGUE: dict[str, Clause] = dict(sorted(_with_kinds(_CLAUSES).items(), key=lambda item: list(GROUPS).index(item[1].group)))
 
 # Trace checker names that are not clause IDs map to the clauses they check.
 CHECKER_CLAUSES = {"D": ("D1", "D2", "D3", "D4", "D5")}

@@ -9,7 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec import table
-from spec.clauses import CATALOGUE, GROUPS, WINDOWS, clause
+from spec.clauses import CATALOGUE, GROUPS, WINDOWS, Clause, clause
+from spec.kinds import KIND_MEANINGS
+from spec.preconditions import PRECONDITIONS
+from spec.profiles import PROFILES
+from spec.verdicts import VERDICT_MEANINGS
 from spec.config import DEFAULT_TIMEOUT_BASE_S, DEFAULT_TIMEOUT_MAX_S, DEFAULT_TIMEOUT_PER_KI_TOKEN_S
 from spec.decision import EXAMPLE_HIT_PAGES, completion_level, pool_state
 from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations
@@ -43,6 +47,33 @@ def render() -> str:
         f"{DEFAULT_TIMEOUT_PER_KI_TOKEN_S} s / {DEFAULT_TIMEOUT_MAX_S} s. Timed out iff "
         "`now - start > budget` on the injected monotonic clock: at exactly the deadline, not yet.\n"
     )
+    add("## Clause kinds\n")
+    add("Each clause has a kind; with the architecture profile an implementation declares, the kind decides what a failure "
+        "means (spec/kinds.py, spec/verdicts.py).\n")
+    for kind, meaning in KIND_MEANINGS.items():
+        add(f"- **{kind.value}**: {meaning}.")
+    add("")
+    add("## Architecture profiles\n")
+    add("An implementation declares the profile it follows, with evidence (a file and line of its code). Mechanism clauses "
+        "judge only the profiles they name; behavioural and hardening clauses judge every profile end to end (spec/profiles.py).\n")
+    add("| profile | how it decides | deadline counts from | mechanism clauses |")
+    add("|---|---|---|---|")
+    for p in PROFILES.values():
+        own = [c.id for c in CATALOGUE.values() if c.profiles and p.id in c.profiles]
+        add(f"| `{p.id}`: {p.title} | {p.summary} | {p.timer_start.value.replace('_', ' ')} | {', '.join(own)} |")
+    add("")
+    add("## Scenario preconditions\n")
+    add("What a scenario assumes of the deployment. An adapter states which its deployment produces, with evidence; a "
+        "scenario whose precondition does not hold is not judged, never failed (spec/preconditions.py).\n")
+    add("| precondition | statement | a deployment that produces it |")
+    add("|---|---|---|")
+    for pre in PRECONDITIONS.values():
+        add(f"| `{pre.id}` | {pre.statement} | {pre.example} |")
+    add("")
+    add("## Verdicts\n")
+    for v, meaning in VERDICT_MEANINGS.items():
+        add(f"- **{v.value}**: {meaning}.")
+    add("")
     add("## Clauses\n")
     for group, title in GROUPS.items():
         add(f"### {group}: {title}\n")
@@ -51,6 +82,7 @@ def render() -> str:
                 continue
             add(f'<a id="{c.id.lower()}"></a>\n')
             add(f"#### {c.id}. {c.title}\n")
+            add(f"*{_kind_line(c)}*\n")
             add(f"{c.statement}\n")
             add(f"- Why: {c.rationale}")
             if c.requires:
@@ -102,6 +134,11 @@ def render() -> str:
     return "\n".join(out)
 
 
+def _kind_line(c: Clause) -> str:
+    judges = f"judges {', '.join(c.profiles)} only" if c.profiles else "judges every profile"
+    return f"{c.kind.value}; {judges}"
+
+
 def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -113,7 +150,7 @@ def _stop(flag: bool) -> str:
 def render_clause(clause_id: str) -> str:
     """One clause as plain text, for `python -m spec clause ID`."""
     c = clause(clause_id)
-    lines = [f"{c.id}. {c.title} ({GROUPS[c.group]})", "", c.statement, "", f"Why: {c.rationale}"]
+    lines = [f"{c.id}. {c.title} ({GROUPS[c.group]})", f"Kind: {_kind_line(c)}", "", c.statement, "", f"Why: {c.rationale}"]
     if c.requires:
         lines.append(f"Requires: {', '.join(c.requires)}")
     lines += [f"Upstream ({c.stance.value}): {c.upstream}", "Evidence:"]

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from spec.config import Policy, TerminationConfig
-from spec.decision import VOTE_COLLECTIVE, collectives_per_check, decide_cast, local_vote, vote_clause
+from spec.decision import VOTE_COLLECTIVE
 from spec.errors import ConfigError
 from spec.groups import group_members
+from spec.profiles import Profile, TimerStart, kv_landed, profile as find_profile
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
 
@@ -41,6 +42,7 @@ class CheckContext:
     traces: Mapping[int, Trace]
     config: TerminationConfig | None
     closed: bool
+    profile: Profile  # the architecture the implementation declares: whose vote, combine and timer judge it
 
 
 Checker = Callable[[CheckContext], Iterator[Violation]]
@@ -287,11 +289,12 @@ def _terminates(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
 
 
 def check_decision(ctx: CheckContext) -> Iterator[Violation]:
-    """D1-D5: every recorded vote equals the spec's vote for the state it recorded."""
+    """D1-D5 (A1 for the ACK drain): every recorded vote equals the profile's vote for the state it recorded."""
+    vote, clause = ctx.profile.vote, ctx.profile.vote_clause
     for trace in ctx.traces.values():
         for e in trace.events:
-            if e.kind is EventKind.VOTE and e.state is not None and bool(e.value) != local_vote(e.state):
-                yield Violation(vote_clause(e.state), f"voted {bool(e.value)} where the spec votes {local_vote(e.state)}", e)
+            if e.kind is EventKind.VOTE and e.state is not None and bool(e.value) != vote(e.state):
+                yield Violation(clause(e.state), f"voted {bool(e.value)} where the spec votes {vote(e.state)}", e)
 
 
 def check_x1(ctx: CheckContext) -> Iterator[Violation]:
@@ -306,17 +309,17 @@ def check_x1(ctx: CheckContext) -> Iterator[Violation]:
         if len(by_rank) < len(ctx.traces) or any(v.state is None for v in by_rank.values()):
             continue
         ranks = sorted(by_rank)
-        expected = decide_cast(by_rank[ranks[0]].state.policy, [bool(by_rank[r].value) for r in ranks],
-                               [by_rank[r].state.terminated for r in ranks])
-        for rank, vote in by_rank.items():
+        expected = ctx.profile.decisions(by_rank[ranks[0]].state.policy, [bool(by_rank[r].value) for r in ranks],
+                                         [by_rank[r].state.terminated for r in ranks])
+        for rank, want in zip(ranks, expected):
             got = rank in terminates.get((op, step), {})
-            if got != expected:
+            if got != want:
                 verb = "terminated" if got else "did not terminate"
-                yield Violation("X1", f"{verb} {op} at step {step}; the combine of the votes every rank cast says {expected}", vote)
+                yield Violation(ctx.profile.combine_clause, f"{verb} {op} at step {step}; the combine of the votes every rank cast says {want}", by_rank[rank])
 
 
 def check_x2(ctx: CheckContext) -> Iterator[Violation]:
-    """X2: one vote collective per check on each vote group under wait_complete and timeout, none under best_effort.
+    """X2 (A2 for the ACK drain): the profile's vote collectives per check; for the vote per check, one vote collective per check on each vote group under wait_complete and timeout, none under best_effort.
 
     A rank's vote groups are the groups its vote collectives ran on anywhere in
     its trace (one unlabelled group for an implementation with one group);
@@ -336,12 +339,13 @@ def check_x2(ctx: CheckContext) -> Iterator[Violation]:
         for e in trace.events:
             if e.kind is not EventKind.VOTE or e.state is None:
                 continue
-            want = collectives_per_check(e.state.policy)
+            want = ctx.profile.collectives(e.state.policy)
             for group in sorted(groups or {None}, key=str):
                 got = counts.get((e.op, e.step, group), 0)
                 if got != want:
                     on = f" on group {group}" if group is not None else ""
-                    yield Violation("X2", f"{got} vote collectives{on} in this check (rank {rank}, step {e.step}); {e.state.policy.value} needs {want}", e)
+                    yield Violation(ctx.profile.collectives_clause,
+                                    f"{got} vote collectives{on} in this check (rank {rank}, step {e.step}); {e.state.policy.value} needs {want}", e)
 
 
 # --- liveness ----------------------------------------------------------------
@@ -451,19 +455,28 @@ def _terminated_at(trace: Trace, op: str, step: int) -> bool:
 
 
 def check_l2(ctx: CheckContext) -> Iterator[Violation]:
-    """L2: under timeout, a rank past its deadline votes yes; a check where every rank is past it terminates."""
+    """L2: under timeout, a rank past its deadline votes yes; a check where every rank is past it terminates.
+
+    The deadline counts from where the profile starts its timer: the operation's start, or the first check that found it unfinished.
+    """
     if ctx.config is None:
         return
     infos = _op_infos(ctx)
     past: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
+    blocked: dict[tuple[int, str], float] = {}
     for rank, trace in ctx.traces.items():
         hit: dict[str, int] = {}
         for e in trace.events:
             if e.kind is EventKind.HIT:
                 hit[e.op] = int(e.value)
             elif e.kind is EventKind.VOTE and e.op in infos and infos[e.op].policy is Policy.TIMEOUT:
-                start = infos[e.op].start
+                if ctx.profile.timer_start is TimerStart.FIRST_BLOCKED_CHECK:
+                    start = blocked.setdefault((rank, e.op), e.t)  # the first check that found it unfinished
+                else:
+                    start = infos[e.op].start
                 budget = timeout_budget(ctx.config, hit.get(e.op, 0))
+                if e.state is not None and not ctx.profile.cuts_landed_kv and kv_landed(e.state):
+                    continue  # landed KV waits for the drain's commit (A1); a read that never ends is L4's
                 if is_timed_out(start, e.t, budget):
                     past[(e.op, e.step)][rank] = e
                     if not e.value:
@@ -598,11 +611,14 @@ def check(
     *,
     clauses: Iterable[str] | None = None,
     closed: bool = True,
+    profile: Profile | str | None = None,
 ) -> list[Violation]:
     """Run the checkers (all by default) over every rank's trace.
 
     closed=True means every operation in the traces has finished, so slots
-    still held are leaks.
+    still held are leaks. profile: the architecture the implementation
+    declares (spec/profiles.py; default: this spec's own), whose vote,
+    combine and timer the decision checkers apply.
     """
     if isinstance(traces, Trace):
         traces = [traces]
@@ -611,11 +627,16 @@ def check(
         if trace.rank in by_rank:
             raise ConfigError("rank", trace.rank, "one trace per rank")
         by_rank[trace.rank] = trace
+    declared = {t.profile for t in by_rank.values() if t.profile is not None}
+    if profile is None and len(declared) > 1:
+        raise ConfigError("trace profiles", sorted(declared), "one architecture profile for every rank's trace")
+    if profile is None and declared:
+        profile = declared.pop()
     selected = list(CHECKERS) if clauses is None else list(clauses)
     for name in selected:
         if name not in CHECKERS:
             raise ConfigError("clauses", name, "one of " + ", ".join(CHECKERS))
-    ctx = CheckContext(traces=by_rank, config=config, closed=closed)
+    ctx = CheckContext(traces=by_rank, config=config, closed=closed, profile=find_profile(profile))
     out: list[Violation] = []
     for name in selected:
         out.extend(CHECKERS[name](ctx))

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
 from spec.errors import ConfigError
+from spec.profiles import profile as find_profile
 
 
 class EventKind(str, Enum):
@@ -122,6 +123,8 @@ class Trace:
 
     rank: int
     events: tuple[Event, ...] = field(default_factory=tuple)
+    # The architecture profile the implementation declares (spec/profiles.py): whose vote and timer judge this trace.
+    profile: str | None = None
 
 
 def page_digest(data: bytes | memoryview) -> str:
@@ -137,11 +140,12 @@ class TraceRecorder:
 
     enabled = True  # False: callers may skip work done only to fill events (digests)
 
-    def __init__(self, clock: Clock | None = None, *, rank: int = 0) -> None:
+    def __init__(self, clock: Clock | None = None, *, rank: int = 0, profile: str | None = None) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ConfigError("rank", rank, "an integer >= 0")
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.rank = rank
+        self.profile = None if profile is None else find_profile(profile).id
         self._events: list[Event] = []
         self._lock = threading.Lock()
         self._gate: Gate | None = None
@@ -187,7 +191,7 @@ class TraceRecorder:
             return tuple(self._events)
 
     def trace(self) -> Trace:
-        return Trace(rank=self.rank, events=self.events())
+        return Trace(rank=self.rank, events=self.events(), profile=self.profile)
 
 
 class NullRecorder(TraceRecorder):

@@ -17,7 +17,7 @@ from typing import Any
 from caches import adapters as builtin
 from caches.adapters import CacheSession, config_for
 from caches.upstream_decision.caches import UPSTREAM_DECISION_CACHES
-from caches.upstream_decision.names import UPSTREAM_CLASSES
+from caches.upstream_decision.names import ENTRY_METHOD, UPSTREAM_CLASSES
 from caches.upstream_decision.source import ClassUnavailable, checkout_dir, extract
 
 PREFIX = "sglang:"
@@ -32,11 +32,17 @@ class UpstreamDecisionAdapter:
     capabilities: frozenset[str]
     checkout: str
     key: str
+    # The checkout's own decision is a vote per check: the profile it is judged by, and where its code says so.
+    profile: str = "vote_per_check"
+    profile_evidence: tuple[str, ...] = ()
 
     def create(self, env: Any) -> CacheSession:
         cls = UPSTREAM_DECISION_CACHES[self.key]
         upstream = extract(Path(self.checkout), self.key)
-        cache = cls(config_for(env), trace=env.trace, clock=env.clock, process_group=env.process_group, upstream=upstream)
+        groups = getattr(env, "process_groups", None)
+        # Several vote groups (spec/groups.py): the cache creates and reduces over them, as upstream's _all_reduce_attn_groups does.
+        where = {"process_groups": groups} if groups is not None else {"process_group": env.process_group}
+        cache = cls(config_for(env), trace=env.trace, clock=env.clock, upstream=upstream, **where)
         return CacheSession(cache)
 
     # No configure(fields): C1/C2 concern the caller's configuration path, and
@@ -51,10 +57,14 @@ def sglang_adapters(checkout: str | Path) -> tuple[list[UpstreamDecisionAdapter]
     for key in UPSTREAM_CLASSES:
         name = PREFIX + key
         try:
-            extract(root, key)  # reads and checks every name now, not in the middle of the run
+            decision = extract(root, key)  # reads and checks every name now, not in the middle of the run
         except ClassUnavailable as exc:
             missing.append((name, str(exc)))
             continue
         base = getattr(builtin, key)()
-        adapters.append(UpstreamDecisionAdapter(name, base.default_extra_pools, base.capabilities, str(root), key))
+        entry = decision.methods[ENTRY_METHOD]
+        evidence = (f"{decision.path}:{entry.lineno}: {decision.class_name}.{ENTRY_METHOD} casts the vote, "
+                    f"reduced across ranks once per check (MAX of [1 - vote, terminated])",)
+        adapters.append(UpstreamDecisionAdapter(name, base.default_extra_pools, base.capabilities, str(root), key,
+                                                profile_evidence=evidence))
     return adapters, missing

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from conformance.adapter import CacheEnv
-from conformance.live import runtime as live_runtime
+from conformance.live import evidence, runtime as live_runtime
 from conformance.live.tree import SglangTree, locate
 
 
@@ -28,9 +28,9 @@ class LiveClass:
 
 
 SESSIONS = {
-    "HiRadixCache": LiveClass("conformance.live.hiradix:HiRadixSession", frozenset({"multi_rank"}), ()),
-    "HiMambaRadixCache": LiveClass("conformance.live.hi_mamba:HiMambaSession", frozenset({"multi_rank", "pool:mamba"}), ("mamba",)),
-    "UnifiedRadixCache": LiveClass("conformance.live.unified:UnifiedSession", frozenset({"multi_rank"}), ()),
+    "HiRadixCache": LiveClass("conformance.live.hiradix:HiRadixSession", frozenset({"multi_rank", "kv_formats"}), ()),
+    "HiMambaRadixCache": LiveClass("conformance.live.hi_mamba:HiMambaSession", frozenset({"multi_rank", "pool:mamba", "kv_formats"}), ("mamba",)),
+    "UnifiedRadixCache": LiveClass("conformance.live.unified:UnifiedSession", frozenset({"multi_rank", "kv_formats"}), ()),
 }
 
 
@@ -40,6 +40,10 @@ class LiveAdapter:
     tree: SglangTree
     class_name: str
     expected_failures: tuple = field(default=())
+    # Read from the tree's own code, with file:line evidence (evidence.py; conformance/declarations.py).
+    profile: str | None = None
+    profile_evidence: tuple = ()
+    deployment: Mapping[str, tuple] = field(default_factory=dict)
 
     @property
     def capabilities(self) -> frozenset:
@@ -64,7 +68,12 @@ class LiveAdapter:
 
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
-    return [LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name) for name in tree.classes]
+    deployment = evidence.deployment_of(tree)
+    adapters = []
+    for name in tree.classes:
+        profile, why = evidence.profile_of(tree, name)
+        adapters.append(LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name, profile=profile, profile_evidence=why, deployment=deployment))
+    return adapters
 
 
 if os.environ.get(live_runtime.PRELOAD_ENV):  # a multi-rank fork server: import the tree once, before forking ranks

@@ -24,7 +24,7 @@ import torch
 from conformance.adapter import PoolLayout
 from conformance.live import collectives
 from conformance.live.runtime import Runtime
-from conformance.live.session import DTYPE, HEAD_DIM, HEADS, LiveSession, configure_through
+from conformance.live.session import HEADS, LiveSession, configure_through
 from conformance.live.taps import KV, tensor_digest
 from spec.fence import HitPolicy
 from spec.trace import EventKind
@@ -55,10 +55,10 @@ class HiMambaSession(LiveSession):
             size=2, mamba_size=env.state_slots, mamba_spec_state_size=2, max_context_len=4096, device="cpu",
             enable_memory_saver=False, cache_params=cache_params, mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=True)
         hybrid_pool = m["memory_pool"].HybridLinearKVPool(
-            size=pages * ps, dtype=DTYPE, page_size=ps, head_num=HEADS, head_dim=HEAD_DIM, full_attention_layer_ids=FULL_LAYERS,
+            size=pages * ps, dtype=self.dtype, page_size=ps, head_num=HEADS, head_dim=self.head_dim, full_attention_layer_ids=FULL_LAYERS,
             enable_kvcache_transpose=False, device="cpu", mamba_pool=self.req_pool.mamba_pool)
         self.device_pool = hybrid_pool.full_kv_pool
-        self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, DTYPE, "cpu", hybrid_pool, need_sort=False)
+        self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, self.dtype, "cpu", hybrid_pool, need_sort=False)
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=self.req_pool, token_to_kv_pool_allocator=self.allocator,
             page_size=ps, tp_cache_group=self.group, enable_mamba_extra_buffer=True)

@@ -34,10 +34,11 @@ from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import EventKind
 
 LAYERS, HEADS, HEAD_DIM = 2, 1, 4
-KV_ELEM = (2, LAYERS, HEADS, HEAD_DIM)  # k and v, per layer, per token
-DTYPE = torch.float32
-KV_LAYOUT = PoolLayout(KV, "token", KV_ELEM, DTYPE, HitPolicy.ALL_PAGES)
+DTYPE = torch.float32  # per token: k and v, per layer, HEADS x head size
+# CacheEnv.kv_format -> (KV dtype, head size): the page format another server of the same model could store.
+KV_FORMATS = {"default": (DTYPE, HEAD_DIM), "dtype": (torch.bfloat16, HEAD_DIM), "layout": (DTYPE, HEAD_DIM // 2)}
 UPSTREAM_THREADS = ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")
+THREAD_EXIT_S = 5.0  # how long a storage thread may take to end after an exception left its step
 
 
 def server_args_fields(env: CacheEnv, host_ratio: float) -> dict[str, Any]:
@@ -109,6 +110,7 @@ class LiveSession:
             pytest.skip(f"upstream's {self.CLASS_NAME} needs more host than device memory; a {env.host_pages}-page host tier "
                         f"leaves a device tier too small to load it back")
         self.device_pages = env.host_pages - 1
+        self.dtype, self.head_dim = KV_FORMATS[env.kv_format]
         m = runtime.modules
         storage = Path(env.storage_dir)
         storage.mkdir(parents=True, exist_ok=True)
@@ -123,12 +125,13 @@ class LiveSession:
         self.cache.load_back_threshold = ps  # the load-back-threshold shim
         self.cc = self.cache.cache_controller
         self.backend = self.cc.storage_backend
-        self.pools: dict[str, PoolLayout] = {KV: KV_LAYOUT}
+        self.pools: dict[str, PoolLayout] = {KV: PoolLayout(KV, "token", (2, LAYERS, HEADS, self.head_dim), self.dtype, HitPolicy.ALL_PAGES)}
         self.install_taps()
         self.observe()
         self._acked = threading.Condition()
         self._tap_backup_acks()
         self._closed = False
+        self._deaths: list[str] | None = None
 
     def configure_runtime(self, host_ratio: float) -> tuple[Any, Any]:
         """Join upstream's process group and set its server args as a user would: (TP cpu group, ServerArgs)."""
@@ -202,9 +205,9 @@ class LiveSession:
         """Upstream's MHA device KV pool (CPU), its paged allocator and a request pool: (device pool, allocator, request pool)."""
         m, ps, pages = self.runtime.modules, self.env.page_size, self.device_pages
         device_pool = m["memory_pool"].MHATokenToKVPool(
-            size=pages * ps, page_size=ps, dtype=DTYPE, head_num=HEADS, head_dim=HEAD_DIM,
+            size=pages * ps, page_size=ps, dtype=self.dtype, head_num=HEADS, head_dim=self.head_dim,
             layer_num=LAYERS, device="cpu", enable_memory_saver=False)
-        allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, DTYPE, "cpu", device_pool, need_sort=False)
+        allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, self.dtype, "cpu", device_pool, need_sort=False)
         req_pool = m["memory_pool"].ReqToTokenPool(size=2, max_context_len=4096, device="cpu", enable_memory_saver=False)
         return device_pool, allocator, req_pool
 
@@ -254,8 +257,8 @@ class LiveSession:
 
     def _write_kv_rows(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
         for layer in range(LAYERS):
-            self.device_pool.k_buffer[layer][slots] = rows[:, 0, layer].to(DTYPE)
-            self.device_pool.v_buffer[layer][slots] = rows[:, 1, layer].to(DTYPE)
+            self.device_pool.k_buffer[layer][slots] = rows[:, 0, layer].to(self.dtype)
+            self.device_pool.v_buffer[layer][slots] = rows[:, 1, layer].to(self.dtype)
 
     def _any_rank(self, flag: bool) -> bool:
         """The harness's own agreement (not upstream's, not recorded): whether `flag` holds on some rank."""
@@ -282,6 +285,9 @@ class LiveSession:
                 return
             with self._acked:
                 self._acked.wait(self.env.wait_timeout_s / 200)
+        dead = self.background_errors()
+        if dead:
+            raise AssertionError(f"sglang-live flush: backups still pending after {self.env.wait_timeout_s}s: " + "; ".join(dead))
         raise AssertionError(
             f"L4: sglang-live flush: backups still pending after {self.env.wait_timeout_s}s "
             f"(write-through {len(self.cache.ongoing_write_through)}, storage {len(self.cache.ongoing_backup)}; "
@@ -395,6 +401,32 @@ class LiveSession:
     def threads(self) -> Sequence[threading.Thread]:
         return [t for t in (getattr(self.cc, n, None) for n in self.THREADS) if t is not None]
 
+    def background_errors(self) -> list[str]:
+        """L5: each of upstream's storage threads that an exception ended while the cache was open (one line each).
+
+        A thread whose loop catches the error and goes on is fine; one whose
+        loop catches only queue.Empty dies, and every later transfer of this
+        cache stalls behind it.
+        """
+        if self._deaths is None:
+            return self._thread_deaths()
+        return list(self._deaths)
+
+    def _thread_deaths(self) -> list[str]:
+        by_ident = {t.ident: name for name in self.THREADS if (t := getattr(self.cc, name, None)) is not None}
+        out = []
+        for ident, error in list(self.taps.thread_errors):
+            name = by_ident.get(ident)
+            thread = getattr(self.cc, name, None) if name else None
+            if thread is None:
+                continue
+            # The exception is on its way out of the thread's loop: bounded, and at once when the thread ends
+            # (a loop that catches it keeps the thread alive, and it is no death).
+            thread.join(min(THREAD_EXIT_S, self.env.wait_timeout_s))
+            if not thread.is_alive():
+                out.append(f"L5: upstream's {name} ended on {error}; its loop catches only queue.Empty, so no later transfer of this cache runs")
+        return list(dict.fromkeys(out))
+
     def close(self) -> None:
         if self._closed:
             return
@@ -402,6 +434,7 @@ class LiveSession:
         try:
             self._settle_before_shutdown()
         finally:
+            self._deaths = self._thread_deaths()  # before shutdown ends every thread
             self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
 
     def _settle_before_shutdown(self) -> None:

@@ -85,6 +85,8 @@ class Taps:
         self.started_ops: set[str] = set()
         self.ended_ops: set[str] = set()
         self.io_thread_errors: list[str] = []
+        # (thread ident, what it raised): exceptions that left one of upstream's storage-thread bodies (L5 if the thread then died)
+        self.thread_errors: list[tuple[int, str]] = []
         self.step = 0
 
     # --- context ----------------------------------------------------------------------
@@ -227,6 +229,20 @@ class Taps:
             return wrapper
 
         wrap(cc, "page_set_func", page_set)
+        if hasattr(cc, "_page_backup"):
+            wrap(cc, "_page_backup", self.raising_on_thread("_page_backup (a storage backup)"))
+
+    def raising_on_thread(self, what: str) -> Callable[[Callable], Callable]:
+        """Wraps a storage-thread step: an exception leaving it is noted with the thread that raised it."""
+        def make(original: Callable) -> Callable:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as exc:
+                    self.thread_errors.append((threading.get_ident(), f"{type(exc).__name__}: {exc} in {what}"))
+                    raise
+            return wrapper
+        return make
 
     def saw_pages(self, pool: str, keys: Any, host_indices: Any) -> None:
         """Storage IO between these host slots and these page keys (subclasses that remember which key a slot holds note it)."""
@@ -288,6 +304,7 @@ class Taps:
                 result = original(operation)
             except BaseException as exc:
                 self.io_thread_errors.append(f"{type(exc).__name__}: {exc} (prefetch of {op})")
+                self.thread_errors.append((threading.get_ident(), f"{type(exc).__name__}: {exc} in _page_transfer (prefetch of {op})"))
                 self.transfer_raised(op)
                 raise
             finally:

@@ -14,6 +14,7 @@ recorded).
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -21,11 +22,13 @@ import torch
 from conformance.live.runtime import Runtime, ensure_process_group
 from conformance.live.session import LiveSession, UPSTREAM_THREADS, configure_through, server_args_fields
 from conformance.live.unified_taps import UnifiedTaps
-from spec.trace import EventKind
 from spec.decision import DecisionState
+from spec.timeout import is_timed_out, timeout_budget
+from spec.trace import EventKind
 
 # The dummy model is upstream's own no-model path through ServerArgs.__post_init__.
 NO_MODEL = "dummy"
+PROBE_ID = "decision-probe"  # the request of every decision probe (never registered as ongoing)
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
@@ -60,6 +63,7 @@ class UnifiedSession(LiveSession):
         cache.init_hicache(self.args, params)
         self.kv_host = cache.cache_controller.mem_pool_host.anchor_entry.host_pool
         self.handles: dict[str, Any] = {}
+        self._first_blocked: dict[str, float] = {}  # request -> when its first check found it unfinished (A3)
         return cache
 
     def install_taps(self) -> None:
@@ -111,16 +115,20 @@ class UnifiedSession(LiveSession):
         return len(entry.prefetch_key)
 
     def wait_prefetch_io(self, request_id: str) -> None:
-        """The scheduler's steps until upstream's IO thread sent the final ACK of the prefetch (its IO has ended), then one more.
+        """Wait (bounded) until upstream's IO thread queued the final ACK of the prefetch, and its sync thread forwarded it.
 
-        The step after the IO ended drains its final ACK (once the sync thread
-        forwarded it, on one rank): a prefetch whose IO ended is then committed
-        as upstream's next step commits it, whichever thread ran first.
+        No scheduler step runs meanwhile: the drain that would commit the
+        prefetch is the next check's (or an abort's) to run, as in upstream,
+        where the IO thread's progress reaches the scheduler only at its steps.
+        The prefetch's IO was handed to the IO thread when prefetch() returned.
         """
-        self.pump(lambda: request_id in self.taps.ended_ops or request_id not in self.taps.started_ops,
-                  f"upstream's IO thread to finish the IO of {request_id}")
+        taps = self.taps
+        with taps.io_done:
+            ended = taps.io_done.wait_for(lambda: request_id in taps.ended_ops or request_id not in taps.started_ops, self.env.wait_timeout_s)
+        if not ended:
+            raise AssertionError(f"L4: sglang-live: upstream's IO thread did not finish the IO of {request_id} within "
+                                 f"{self.env.wait_timeout_s}s ({self.threads_state()})")
         self.settle_acks()
-        self.cache.check_hicache_events()
 
     def pump(self, done: Callable[[], bool], what: str) -> None:
         """check_hicache_events as upstream's scheduler runs it each step, on every rank, until `done` holds on every rank."""
@@ -148,21 +156,35 @@ class UnifiedSession(LiveSession):
         return finished
 
     def settle_acks(self) -> None:
-        """One rank: wait until upstream's sync thread has forwarded every ACK its IO thread queued.
+        """Wait until upstream's sync thread has forwarded every ACK that every rank's IO thread has queued.
 
-        A step's ACK drain then sees every batch that has landed (the order the
-        harness's gates define). Several ranks: the sync thread's reduce waits
-        for every rank's ACK, so a rank whose IO a scenario holds would hold
-        this wait; there the forwarding stays a race, as in upstream.
+        A step's ACK drain then sees every batch that has landed on every rank
+        (the order the harness's gates define), deterministically. The sync
+        thread reduces one ACK at a time across ranks, so on each rank it
+        forwards exactly as many ACKs as the rank that queued fewest has
+        queued: the harness agrees that count (a MIN of its own, on the
+        scheduler's thread, where every rank runs it at the same call) and
+        waits for it. Every rank calls this at the same points of a scenario.
         """
-        if self.env.world_size != 1:
-            return
         taps = self.taps
         with taps.io_done:
-            settled = taps.io_done.wait_for(lambda: taps.acks_queued == taps.acks_forwarded, self.env.wait_timeout_s)
+            queued = taps.acks_queued
+        agreed = self._min_over_ranks(queued)
+        with taps.io_done:
+            settled = taps.io_done.wait_for(lambda: taps.acks_forwarded >= agreed, self.env.wait_timeout_s)
         if not settled:
-            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread did not forward {taps.acks_queued - taps.acks_forwarded} "
-                                 f"ACK(s) within {self.env.wait_timeout_s}s ({self.threads_state()})")
+            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread forwarded {taps.acks_forwarded} of the {agreed} ACK(s) "
+                                 f"every rank queued within {self.env.wait_timeout_s}s ({self.threads_state()})")
+
+    def _min_over_ranks(self, value: int) -> int:
+        """The harness's own agreement (not upstream's, not recorded): the MIN of `value` over ranks."""
+        if self.env.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        agreed = torch.tensor([value], dtype=torch.int)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=self.group)
+        return int(agreed.item())
 
     def abort(self, request_id: str) -> None:
         with self.taps.scheduling(op=request_id, phase="abort"):
@@ -184,10 +206,25 @@ class UnifiedSession(LiveSession):
 
     # --- decision probes: the class's own _can_terminate_prefetch on a real operation ---------------
 
+    def decision_state(self, operation: Any) -> DecisionState | None:
+        """The state a vote saw, "timed out" measured as the ACK drain's profile measures it (A3).
+
+        Its timer starts at the first check that finds the prefetch unfinished,
+        which is the first vote the harness sees for it (the clock does not
+        move within a check); a decision probe's timer starts at the start
+        time make_operation gave it.
+        """
+        state = super().decision_state(operation)
+        if state is None or operation.request_id == PROBE_ID:
+            return state
+        now = self.env.clock.now()
+        start = self._first_blocked.setdefault(operation.request_id, now)
+        return replace(state, timed_out=is_timed_out(start, now, timeout_budget(self.env.termination, state.hit_pages)))
+
     def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
         """A hybrid PrefetchOperation in `state`; its wait timer started at `start_time`, as the first blocked poll starts it."""
         ps = self.env.page_size
-        operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle("decision-probe"), [0] * (state.hit_pages * ps))
+        operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle(PROBE_ID), [0] * (state.hit_pages * ps))
         operation.hash_value = [f"probe-{i}" for i in range(state.hit_pages)]
         operation.storage_hit_count = operation.stats_requested_tokens = state.hit_pages * ps
         # The drain allocates host slots only for a hit: with none, the operation has none (upstream revokes it there).

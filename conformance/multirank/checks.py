@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+from conformance.failures import CLAUSE_LABEL
+from spec.clauses import CATALOGUE
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
 from spec.fence import HitPolicy, committable_at_terminate
 from spec.invariants import check
+from spec.profiles import Profile, profile as find_profile
 from spec.trace import EventKind, Trace
 
 if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports these checks
@@ -20,6 +23,10 @@ if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports the
 
 def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     """Everything the harness requires of any multi-rank scenario, as messages."""
+    died = once_per_error((r.rank, error) for r in outcome.ranks for error in r.background_errors)
+    if died:
+        # A background thread that died on one rank explains what its peers then waited for: name that rule only.
+        return died + [f"then (a consequence): {unlabelled(line)}" for line in rank_errors(outcome)]
     out = rank_errors(outcome)
     if out:
         return out
@@ -33,11 +40,22 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
         config = outcome.ranks[0].configs[cache]
         traces = [r.traces[cache] for r in outcome.ranks]
         out += [f"cache {cache}: {v}" for v in check(traces, config)]
-        out += _x4_vote_count(outcome, cache, config)
+        if CATALOGUE["X4"].applies_to(_profile(traces).id):
+            out += _x4_vote_count(outcome, cache, config)
         out += _commit_oracle_problems(outcome, cache, config)
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
     return out
+
+
+def _profile(traces: Iterable[Trace]) -> Profile:
+    """The profile the ranks' traces were recorded under (the adapter's declaration)."""
+    return find_profile(next((t.profile for t in traces if t.profile is not None), None))
+
+
+def unlabelled(text: str) -> str:
+    """The text with its clause labels ("L4: ") turned into plain words ("L4 "), so it names no clause of its own."""
+    return CLAUSE_LABEL.sub(lambda m: m.group(1) + " ", text)
 
 
 def rank_errors(outcome: ScenarioOutcome) -> list[str]:
@@ -79,6 +97,7 @@ def same_usable_prefix_problems(outcome: ScenarioOutcome) -> list[str]:
 def _same_decisions(outcome: ScenarioOutcome) -> list[str]:
     """X1/S4 as the scheduler sees them: each step finishes the same ids with the same length on every tracking rank."""
     out = []
+    combine = _profile(t for r in outcome.ranks for t in r.traces).combine_clause
     lengths = {len(r.checks) for r in outcome.ranks}
     if len(lengths) > 1:
         return [f"ranks ran different numbers of checks: {[len(r.checks) for r in outcome.ranks]}"]
@@ -91,7 +110,10 @@ def _same_decisions(outcome: ScenarioOutcome) -> list[str]:
             seen = {r.rank: c.finished.get(request_id) for r, c in zip(outcome.ranks, records) if request_id not in c.untracked}
             if len(set(seen.values())) > 1:
                 detail = ", ".join(f"rank {rank}: {'not finished' if v is None else f'{v} tokens'}" for rank, v in seen.items())
-                out.append(f"X1/S4: at {records[0].label}, ranks decided {request_id} differently ({detail})")
+                lengths = {v for v in seen.values() if v is not None}
+                # Some finished and some not: the combine's rule; all finished, with different lengths: S4's.
+                clause = "S4" if None not in seen.values() else (combine + ("/S4" if len(lengths) > 1 else ""))
+                out.append(f"{clause}: at {records[0].label}, ranks decided {request_id} differently ({detail})")
     return out
 
 
@@ -152,7 +174,12 @@ def _commit_oracle_problems(outcome: ScenarioOutcome, cache: int, config: Termin
         if want is None:
             continue
         got = outcome.commits(op, cache)
-        wrong = {rank: tokens for rank, tokens in got.items() if tokens != want * config.page_size}
-        if wrong:
-            out.append(f"F3/S4: {op}: spec commit is {want * config.page_size} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
+        spec = want * config.page_size
+        if all(tokens == spec for tokens in got.values()):
+            continue
+        # Ranks that differ break S4 whatever the fence says; a length every rank shares is F3's if above the fence, F11's if below.
+        clauses = ["S4"] if len(set(got.values())) > 1 else []
+        clauses += ["F3"] if any(tokens > spec for tokens in got.values()) else []
+        clauses += ["F11"] if not clauses else []
+        out.append(f"{'/'.join(clauses)}: {op}: the fence's commit is {spec} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
     return out

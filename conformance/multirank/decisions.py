@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from spec.config import Policy
-from spec.decision import DecisionState, decide_cast, local_vote, pool_state, vote_clause
+from spec.decision import DecisionState, pool_state
+from spec.profiles import VOTE_PROFILES, Profile
 
 
 class DecisionDeviation(AssertionError):
@@ -48,8 +49,8 @@ def _verb(decided: bool) -> str:
     return "terminate" if decided else "wait"
 
 
-def decision_problems(label: str, op: str, by_rank: Mapping[int, CheckDecision]) -> list[str]:
-    """What is wrong with one id's decisions at one check, as '<clause>: ...' messages (empty: conforms)."""
+def decision_problems(label: str, op: str, by_rank: Mapping[int, CheckDecision], profile: Profile) -> list[str]:
+    """What is wrong with one id's decisions at one check under the declared profile, as '<clause>: ...' messages (empty: conforms)."""
     tracked = {rank: d for rank, d in sorted(by_rank.items()) if d.tracked}
     if not tracked:
         return []
@@ -57,30 +58,34 @@ def decision_problems(label: str, op: str, by_rank: Mapping[int, CheckDecision])
         decided = {rank: d.decided for rank, d in tracked.items()}
         if len(set(decided.values())) > 1:
             detail = ", ".join(f"rank {rank}: {_verb(v)}" for rank, v in decided.items())
-            return [f"X1: at {label}, the ranks tracking {op} decided differently ({detail})"]
+            return [f"{profile.combine_clause}: at {label}, the ranks tracking {op} decided differently ({detail})"]
         return []
     problems = []
     for rank, d in tracked.items():
-        want = local_vote(d.state)
+        want = profile.vote(d.state)
         if d.vote != want:
-            clause = vote_clause(d.state)
-            if d.state.policy is Policy.TIMEOUT and d.state.timed_out and not d.vote:
+            clause = profile.vote_clause(d.state)
+            if d.state.policy is Policy.TIMEOUT and d.state.timed_out and not d.vote and want:
                 clause += "/L2"  # a rank past its deadline votes yes: L2's rule too
             problems.append(f"{clause}: at {label}, rank {rank} voted {'yes' if d.vote else 'no'} on {op} "
                             f"where the spec votes {'yes' if want else 'no'} ({describe(d.state)})")
     if problems:
         return problems  # the decisions follow from that vote: not X1's failure too
-    neutral = len(by_rank) - len(tracked)  # untracked ranks contribute [vote yes, terminated]
-    expected = decide_cast(next(iter(tracked.values())).state.policy, [d.vote for d in tracked.values()] + [True] * neutral,
-                           [d.state.terminated for d in tracked.values()] + [True] * neutral)
-    wrong = {rank: d.decided for rank, d in tracked.items() if d.decided != expected}
+    # The vote per check: untracked ranks join neutrally, contributing [vote yes, terminated] (X4); the ACK drain has no such part.
+    neutral = len(by_rank) - len(tracked) if profile.id in VOTE_PROFILES else 0
+    policy = next(iter(tracked.values())).state.policy
+    decisions = profile.decisions(policy, [d.vote for d in tracked.values()] + [True] * neutral,
+                                  [d.state.terminated for d in tracked.values()] + [True] * neutral)
+    expected_by_rank = dict(zip(tracked, decisions))
+    wrong = {rank: d.decided for rank, d in tracked.items() if d.decided != expected_by_rank[rank]}
     if not wrong:
         return []
     cast = ", ".join(f"rank {rank}: vote {'yes' if d.vote else 'no'}, {'terminated' if d.state.terminated else 'not terminated'}"
                      for rank, d in tracked.items())
     cast += f", {neutral} untracked" if neutral else ""
     detail = ", ".join(f"rank {rank} decided {_verb(v)}" for rank, v in wrong.items())
-    return [f"X1: at {label}, the votes cast on {op} ({cast}) combine to {_verb(expected)}, yet {detail}"]
+    expected = ", ".join(sorted({_verb(expected_by_rank[rank]) for rank in wrong}))
+    return [f"{profile.combine_clause}: at {label}, the votes cast on {op} ({cast}) combine to {expected}, yet {detail}"]
 
 
 class DecisionExchange:

@@ -170,6 +170,7 @@ class RankScenarioResult:
     leftover_threads: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    background_errors: list[str] = field(default_factory=list)  # what the caches' background_errors() listed after close
 
 
 @dataclass

@@ -34,6 +34,8 @@ import torch
 
 from conformance.adapter import CacheEnv
 from conformance.gates import GateTimeout, InjectedFault
+from conformance.declarations import declarations
+from conformance.lifecycle import background_errors
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
 from conformance.multirank.launch import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
@@ -43,6 +45,7 @@ from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
 from spec.errors import ConfigError
 from spec.fence import HitPolicy
+from spec.profiles import TimerStart
 from spec.trace import LOAD, Event, EventKind, TraceRecorder
 
 def _rank_main(plan: Launch, rank: int) -> None:
@@ -164,8 +167,8 @@ class ObservedTrace(TraceRecorder):
     so waiting cannot deadlock with the implementation's threads.
     """
 
-    def __init__(self, clock, *, rank: int, cond: threading.Condition) -> None:
-        super().__init__(clock, rank=rank)
+    def __init__(self, clock, *, rank: int, cond: threading.Condition, profile: str | None = None) -> None:
+        super().__init__(clock, rank=rank, profile=profile)
         self.cond = cond
         self.views: dict[str, OpView] = {}
         self._hooks: list[tuple[Callable[[Event], bool], Callable[[Event], None]]] = []
@@ -375,6 +378,19 @@ class CacheHandle:
         """Move this rank's clock past any timeout budget (capped or not) of a small request."""
         self.clock.advance(self.config.timeout_max_s + self.config.timeout_base_s + 1.0)
 
+    def start_wait(self, ids: Sequence[str]) -> None:
+        """Start the timeout's timer where the declared profile starts it (every rank calls this at the same point).
+
+        The vote per check counts from the operation's start: nothing to do.
+        A profile that starts its timer at the first check finding the
+        prefetch unfinished (the ACK drain) gets that check now, before any
+        clock moves; it must finish nothing.
+        """
+        if self.ctx.profile.timer_start is TimerStart.FIRST_BLOCKED_CHECK:
+            finished = self.check(ids)
+            if finished:
+                raise ScenarioFailure(f"test setup: rank {self.ctx.rank}: the check that starts the timer finished {sorted(finished)}")
+
     def between_vote_and_terminate(self, op: str, level: str) -> None:
         """Window 2: at this rank's vote collective for op, move its IO to `level` before terminate runs."""
 
@@ -413,7 +429,7 @@ class CacheHandle:
         for op in ids:
             publish(op, op in finished)
         self.ctx.phase(f"{label}: judging every rank's decisions")
-        problems = [p for op in ids for p in decision_problems(label, op, self.ctx.exchange.gather(key, op))]
+        problems = [p for op in ids for p in decision_problems(label, op, self.ctx.exchange.gather(key, op), self.ctx.profile)]
         if problems:
             raise DecisionDeviation("\n".join(problems))
         return finished
@@ -483,6 +499,7 @@ class RankContext:
         self.scenario = scenario
         self.device = device
         self.adapter = adapter
+        self.profile = declarations(adapter).profile  # whose vote, combine and timer judge this rank's decisions
         self.heartbeat = heartbeat
         self.exchange = exchange
         self.save_partial = save_partial
@@ -503,7 +520,7 @@ class RankContext:
         termination = TerminationConfig(policy=policy, page_size=PAGE_SIZE)
         clock = ManualClock(1000.0)
         cond = threading.Condition()
-        trace = ObservedTrace(clock, rank=self.rank, cond=cond)
+        trace = ObservedTrace(clock, rank=self.rank, cond=cond, profile=self.profile.id)
         valve = IoValve(cond, self.rank, self.wait_timeout_s)
         trace.set_gate(valve)
         env = CacheEnv(
@@ -551,4 +568,5 @@ class RankContext:
                 except BaseException as exc:
                     self.result.error += f"\n(close also failed: {exc})"
         self.result.traces = [h.trace.trace() for h in self.handles]
+        self.result.background_errors = [error for h in self.handles for error in background_errors(h.cache)]
         return self.result  # the heartbeat keeps this trace until the next cache: a peer may still hang on it

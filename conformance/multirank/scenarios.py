@@ -96,6 +96,7 @@ def scenario_one_rank_timed_out(ctx: RankContext) -> None:
     data = rank_data(h, len(tokens), 2)
     h.store(tokens, data)
     h.prefetch("r1", tokens)
+    h.start_wait(["r1"])
     if ctx.rank != 0:
         h.time_out()
     h.to("r1", "partial")
@@ -120,6 +121,7 @@ def scenario_extra_pool_pending_on_one_rank(ctx: RankContext, policy: str) -> No
     h.prefetch("r1", tokens)
     slow = ctx.rank == ctx.world_size - 1
     if policy == "timeout":
+        h.start_wait(["r1"])
         h.time_out()
     h.to("r1", "kv" if slow else "done")
     ctx.result.notes["pending_extra"] = slow and not h.trace.view("r1").io_done
@@ -130,12 +132,19 @@ def scenario_extra_pool_pending_on_one_rank(ctx: RankContext, policy: str) -> No
     _finish(h, {"r1": (tokens, {len(tokens): data})})
 
 
-def scenario_abort_on_one_rank(ctx: RankContext, aborting_rank: int, peers_level: str) -> None:
+# A waiting timeout (seconds) the scheduler aborts a request after, read from each rank's own clock.
+WAITING_TIMEOUT_S = 30.0
+
+
+def scenario_abort_on_one_rank(ctx: RankContext, aborting_rank: int, peers_level: str, cause: str = "delivered") -> None:
     """One rank aborts r1 (release) while the others track it: the agreed list still names r1.
 
-    The aborting rank joins r1's collectives neutrally (X4: [0, 1] then 0
-    pages), so the others terminate it at that step and commit 0 (S4); r2,
-    checked in the same steps, is untouched and commits in full once loaded.
+    cause "delivered": the abort reached that rank alone; "rank_local_clock":
+    that rank's own clock passed the scheduler's waiting timeout first (its
+    clock moves, its peers' do not). The aborting rank joins r1's collectives
+    neutrally (X4: [0, 1] then 0 pages), so the others terminate it at that
+    step and commit 0 (S4); r2, checked in the same steps, is untouched and
+    commits in full once loaded.
     """
     h = ctx.cache("wait_complete")
     t1, t2 = request_tokens(4), request_tokens(5)
@@ -145,6 +154,8 @@ def scenario_abort_on_one_rank(ctx: RankContext, aborting_rank: int, peers_level
     h.prefetch("r1", t1)
     h.prefetch("r2", t2)
     if ctx.rank == aborting_rank:
+        if cause == "rank_local_clock":
+            h.clock.advance(WAITING_TIMEOUT_S + 1.0)
         h.abort("r1")
     else:
         h.to("r1", peers_level)
@@ -218,7 +229,8 @@ def scenario_terminated_on_one_rank(ctx: RankContext, failing_rank: int) -> None
     h.prefetch("r1", tokens)
     if ctx.rank == failing_rank:
         view = h.trace.view("r1")
-        h.wait(lambda: view.terminated and view.io_done, "r1 revoked after its failed load", clause="L1")
+        # Revoked (the vote per check) or completed short (the ACK drain): its IO thread starts nothing more for r1.
+        h.wait(lambda: view.io_done, "the IO of r1 ending after its failed load", clause="L5")
     else:
         h.to("r1", "partial")
     ctx.result.notes["terminated_before_check"] = h.trace.view("r1").terminated
@@ -258,6 +270,7 @@ def scenario_orders(ctx: RankContext, policy: str, cases: Sequence[tuple[tuple[s
         ctx.phase(f"case {index} {case}")
         h.prefetch(op, tokens)
         if policy == "timeout":
+            h.start_wait([op])
             h.time_out()
         h.to(op, vote_level)
         if terminate_level != vote_level:

@@ -191,7 +191,7 @@ def test_matrix_marks_each_status(single):
     _, data, _ = single
     # No GPU: every cuda cell of a cited clause is not-run, device-free tests included.
     cuda = expected_row({c: "not-run" for c in ("S5", "F1", "T1", "C2", "D1", "T2", "X4", "F3")})
-    assert data["matrix"] == {
+    assert data["outcomes"] == {
         "good": {
             # test_fixed_already passes although listed as failing (strict XPASS): a failure naming no clause.
             # T1: test_policy passes under wait_complete and is an expected failure under timeout: not a pass.
@@ -207,6 +207,15 @@ def test_matrix_marks_each_status(single):
             "cuda": {**cuda, "L3": "not-run"},
         },
     }
+    # The verdicts follow from those outcomes and each clause's kind (both adapters declare no profile: the spec's own).
+    assert {c: v for c, v in data["matrix"]["broken"]["cpu"].items() if v != "uncovered"} == {
+        "S5": "defect", "L3": "defect", "F1": "not-judged", "T1": "xfail", "C2": "pass", "D1": "pass", "T2": "xfail", "X4": "xfail",
+        "F3": "unverified", "A1": "not-applicable", "A2": "not-applicable", "A3": "not-applicable"}
+    assert data["matrix"]["good"]["cpu"]["D1"] == "unverified"
+    assert data["cell_notes"]["broken"]["cpu"]["S5"] == {"kind": "safety", "why": "S5: pool kv: loaded bytes differ"}
+    assert data["cell_notes"]["broken"]["cpu"]["F3"]["why"] == "its failing tests failed first on L3"
+    assert data["cell_notes"]["broken"]["cpu"]["F1"]["why"].startswith("adapter 'broken' does not declare capability pool:indexer")
+    assert data["declarations"]["broken"]["profile"] == "fenced_vote" and not data["declarations"]["broken"]["profile_declared"]
     covered = {"S5", "F1", "T1", "C2", "D1", "T2", "X4", "F3"}
     assert data["uncovered"]["good"]["cpu"] == [c for c in CATALOGUE if c not in covered]
     (not_run,) = data["devices_not_run"]
@@ -240,8 +249,8 @@ def test_report_is_valid_under_its_schema_and_says_what_was_tested(single, workd
                  "(pool:indexer: runs with an ALL_PAGES side pool that reuses the KV slot numbers)"]["impls"] == {"broken": 1}
     assert sum(g["count"] for g in data["skips"]) == sum(1 for t in data["tests"] if t["outcome"] == "skip")
     assert "### broken" in markdown and "| S5 | " in markdown and "STALE" in markdown
-    assert "`fail` failed here (a test failed naming this clause); `fail-other` a test citing it failed for another clause" in markdown
-    assert "| F3 | Commit clamped to every ALL_PAGES pool | fail-other | not-run |" in markdown
+    assert "`defect` defect (a behavioural clause, or a mechanism of the declared profile, failed)" in markdown
+    assert "| F3 | Commit clamped to every ALL_PAGES pool | unverified | not-run |" in markdown
     assert "- cpu, failed here, L3: L3: the ranks ran different collectives" in markdown
     assert "**cuda did not run here**" in markdown and "| good | --cache-impl synthetic_adapters:good |" in markdown
 
@@ -278,7 +287,7 @@ def test_html_page_is_self_contained_and_links_failing_cells(single, workdir):
     assert not page.external, f"the page loads something from elsewhere: {page.external}"
     assert not page.links - page.ids, f"links to no anchor: {sorted(page.links - page.ids)}"
     # Every F/f cell links to its failures, and every clause heading to the clause's text.
-    failing_cells = sum(1 for devices in data["matrix"].values() for row in devices.values() for s in row.values() if s.startswith("fail"))
+    failing_cells = sum(1 for devices in data["outcomes"].values() for row in devices.values() for s in row.values() if s.startswith("fail"))
     assert len([link for link in page.links if link.startswith("cell-")]) == failing_cells == 4
     assert {f"clause-{c}" for c in CATALOGUE} <= page.ids
     for text in (CATALOGUE["F3"].statement, CATALOGUE["D3"].upstream, CATALOGUE["D3"].evidence[0]):
@@ -316,10 +325,10 @@ def test_expected_failures_are_strict_and_stale_ones_reported(single):
         ("good", "test_policy[*-timeout]"), ("good", "test_fixed_already")}
     assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout
     assert "conformance matrix (implementation x device x clause)" in result.stdout
-    assert "legend: F failed here (a test failed naming this clause)  f a test citing it failed for another clause" in result.stdout
-    assert "broken/cpu: 2 fail, 1 fail-other," in result.stdout and "failed here: S5, L3" in result.stdout
+    assert "legend: D defect (a behavioural clause, or a mechanism of the declared profile, failed)  H hardening not met" in result.stdout
+    assert "broken/cpu: 2 defect, 0 hardening, 1 unverified," in result.stdout and "defects: S5, L3" in result.stdout
     assert "  L3: the ranks ran different collectives" in result.stdout
-    assert "good/cpu: 0 fail, 1 fail-other," in result.stdout and "1 failed test(s) named no clause: test_fixed_already[good]" in result.stdout
+    assert "good/cpu: 0 defect, 0 hardening, 1 unverified," in result.stdout and "1 failed test(s) named no clause: test_fixed_already[good]" in result.stdout
 
 
 def test_xdist_run_aggregates_the_same_report(single, distributed):

@@ -134,6 +134,6 @@ def test_each_class_declares_what_its_live_build_offers(tmp_path):
     sglang_package(tmp_path / "python", hi_mamba=True)
     by_name = {a.class_name: a for a in adapters_for(locate(f"{tmp_path}@abc"))}
     assert "pool:mamba" not in by_name["HiRadixCache"].capabilities, "HiRadixCache's only sidecar needs 64-token pages"
-    assert by_name["HiMambaRadixCache"].capabilities == {"multi_rank", "pool:mamba"}
+    assert by_name["HiMambaRadixCache"].capabilities == {"multi_rank", "pool:mamba", "kv_formats"}
     assert by_name["HiMambaRadixCache"].default_extra_pools == ("mamba",)
     assert not any("held_copies" in a.capabilities for a in by_name.values()), "copies are synchronous on CPU: no gate can hold one"

@@ -66,7 +66,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict]
 
 
 def failed_here(report: dict, impl: str) -> list[str]:
-    return sorted(c for c, status in report["matrix"][impl]["cpu"].items() if status == "fail")
+    return sorted(c for c, status in report["outcomes"][impl]["cpu"].items() if status == "fail")
 
 
 EXPECTED = {

@@ -92,10 +92,10 @@ class Run:
         return [m.group(2) for m in SUMMARY.finditer(self.output) if m.group(1) in outcomes and self.impl_of(m.group(2)) == impl]
 
     def clause_status(self, impl: str, clause: str) -> str | None:
-        return self.report["matrix"].get(impl, {}).get("cpu", {}).get(clause) if self.report else None
+        return self.report["outcomes"].get(impl, {}).get("cpu", {}).get(clause) if self.report else None
 
     def failed_here(self, impl: str) -> list[str]:
-        return sorted(c for c, status in self.report["matrix"].get(impl, {}).get("cpu", {}).items() if status == "fail")
+        return sorted(c for c, status in self.report["outcomes"].get(impl, {}).get("cpu", {}).items() if status == "fail")
 
     def describe(self) -> str:
         return f"run -k {self.selection} over {', '.join(self.impls)}: exit {self.returncode}\n{self.output[-5000:]}"
@@ -185,7 +185,7 @@ def test_the_baseline_passes_what_the_variants_fail(runs, name):
     baseline = run.baseline
     assert not run.tests(baseline), f"the real {baseline} failed {run.tests(baseline)}\n{run.describe()}"
     assert run.tests(baseline, ("PASSED",)), f"no test passed for {baseline}\n{run.describe()}"
-    cells = run.report["matrix"].get(baseline, {}).get("cpu", {})
+    cells = run.report["outcomes"].get(baseline, {}).get("cpu", {})
     assert "pass" in cells.values(), f"{baseline} passed no clause in run {name}"
     failing = sorted(c for c, status in cells.items() if status in ("fail", "fail-other"))
     assert not failing, f"{baseline}: the report marks {failing} as failed"
@@ -195,6 +195,6 @@ def test_a_rank_local_trip_count_on_one_group_names_the_group_the_rank_and_the_s
     run = runs["groups"]
     text = run.failure_text("extra_vote_on_one_group")
     line = next((line for line in text.splitlines() if "L3: " in line), "")
-    assert "on group attn_tp:2,3" in line and "rank 3 vote_max(op r1, step 1)" in line, f"L3 line: {line!r}\n{run.describe()}"
+    assert "on group attn_tp:2,3" in line and re.search(r"rank 3 vote_max\(op r[12], step 1\)", line), f"L3 line: {line!r}\n{run.describe()}"
     stuck = re.search(r"no progress for ([0-9.]+)s", text)
     assert stuck and float(stuck.group(1)) < 10, f"the hang must be reported within seconds\n{run.describe()}"

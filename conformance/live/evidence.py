@@ -1,0 +1,113 @@
+"""What a live SGLang tree's own code says about its architecture and its deployment, as file:line evidence.
+
+The live adapter declares a profile (spec/profiles.py) and which scenario
+preconditions (spec/preconditions.py) the deployment produces only where the
+tree's source says so: each declaration is found by patterns over the user's
+tree at run time (nothing of it is copied here) and carries the file and line
+it was read at. A pattern that matches nothing leaves the declaration out, and
+the harness then judges the class by the spec's defaults: a refactor upstream
+can make the suite stricter, never blind.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from conformance.live.tree import LIVE_CLASSES, SglangTree, parse_option
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: Path
+    line: int
+    text: str
+
+    def cite(self, tree: SglangTree, why: str) -> str:
+        """'<path under what the user gave>:<line>: why (`source`)'."""
+        given = parse_option(tree.given)[0].resolve()
+        base = given if given in self.path.parents else tree.import_root
+        return f"{self.path.relative_to(base)}:{self.line}: {why} (`{self.text}`)"
+
+
+def _lines(tree: SglangTree, rel: str) -> list[str]:
+    path = tree.package / rel
+    return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+
+
+def find(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> Hit | None:
+    """The first line of sglang/<rel> matching `pattern` (a regex), inside the def named `within` when given."""
+    lines = _lines(tree, rel)
+    start, end = 0, len(lines)
+    if within is not None:
+        head = next((i for i, line in enumerate(lines) if re.match(rf"\s*def {re.escape(within)}\b", line)), None)
+        if head is None:
+            return None
+        indent = len(lines[head]) - len(lines[head].lstrip())
+        end = next((i for i in range(head + 1, len(lines))
+                    if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent and not lines[i].lstrip().startswith((")", "#"))),
+                   len(lines))
+        start = head
+    for number in range(start, end):
+        if re.search(pattern, lines[number]):
+            return Hit(tree.package / rel, number + 1, lines[number].strip()[:120])
+    return None
+
+
+SCHEDULER = "srt/managers/scheduler.py"
+RECEIVER = "srt/managers/scheduler_components/request_receiver.py"
+STORAGE = "srt/mem_cache/hicache_storage.py"
+CONTROLLER = "srt/managers/cache_controller.py"
+HYBRID_CONTROLLER = "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py"
+
+
+def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str, ...]]:
+    """(profile id, evidence) the class's own code shows; (None, ()) when neither architecture's marks are found."""
+    module = LIVE_CLASSES[class_name]
+    drain_vote = find(tree, module, r"prefetch_stop_policy == \"wait_complete\"", within="_can_terminate_prefetch")
+    drain_false = find(tree, module, r"^\s*return False\b", within="_can_terminate_prefetch")
+    drain = find(tree, module, r"def _drain_storage_control_queues_impl\b")
+    sync = find(tree, HYBRID_CONTROLLER, r"ReduceOp\.MIN", within="_reduce_prefetch_ack") or find(tree, CONTROLLER, r"ReduceOp\.MIN", within="_reduce_prefetch_ack")
+    timer = find(tree, module, r"observe\(ready=False\)", within="_start_storage_prefetch_wait")
+    if drain_vote and drain_false and drain and sync and timer:
+        return "ack_drain", (
+            drain_false.cite(tree, f"{class_name}._can_terminate_prefetch never votes yes under wait_complete"),
+            drain.cite(tree, "completion is committed by the scheduler's ACK drain"),
+            sync.cite(tree, "a sync thread MIN-reduces each progress ACK across ranks"),
+            timer.cite(tree, "the timeout's timer starts at the first check that finds the prefetch unfinished"),
+        )
+    vote = find(tree, module, r"def can_terminate_prefetch\b")
+    reduce = find(tree, module, r"all_reduce", within="can_terminate_prefetch")
+    if vote and reduce:
+        return "vote_per_check", (
+            vote.cite(tree, f"{class_name}.can_terminate_prefetch casts each check's vote"),
+            reduce.cite(tree, "one MAX all-reduce agrees it across ranks"),
+        )
+    return None, ()
+
+
+def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
+    """Which scenario preconditions the tree's scheduler and storage produce, each with the lines that say so."""
+    out: dict[str, tuple[bool, tuple[str, ...]]] = {}
+    broadcast = find(tree, RECEIVER, r"_broadcast_reqs_across_ranks\(", within="recv_requests")
+    if broadcast:
+        out["abort_on_one_rank"] = (False, (broadcast.cite(tree, "the scheduler receives every request, aborts included, on one rank and "
+                                                                 "broadcasts it to the others in the same iteration"),))
+    local_clock = find(tree, SCHEDULER, r"time\.perf_counter\(\)", within="_abort_on_waiting_timeout")
+    local_release = find(tree, SCHEDULER, r"release_aborted_request\(", within="_abort_on_waiting_timeout")
+    agreed = find(tree, SCHEDULER, r"_poll_timeout_aborts\(\)", within="ingest_requests")
+    if local_clock and local_release:
+        out["rank_local_abort_clock"] = (True, (
+            local_clock.cite(tree, "each rank compares its own clock with the waiting timeout"),
+            local_release.cite(tree, "and releases the request's prefetch at once, without agreeing the abort across ranks"),
+        ))
+    elif agreed:
+        out["rank_local_abort_clock"] = (False, (agreed.cite(tree, "timeout aborts are polled on one rank and enter the broadcast input, "
+                                                                   "so every rank drops the same requests in the same iteration"),))
+    shared = find(tree, STORAGE, r"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
+    if shared:
+        out["shared_storage_across_configs"] = (True, (shared.cite(tree, "HiCacheFile's directory is a deployment setting any server "
+                                                                       "of the model may share"),))
+    return out
