@@ -237,6 +237,9 @@ class HierarchicalCache:
         self._ensure_usable("evict_all")
         self.write_path.flush()
         self.eviction.evict(self.tree.device_tokens())
+        # write_back backs nodes up on their way off the device: the host tier can
+        # let them go only once those backups reached storage (a backup pins its host pages).
+        self.write_path.flush()
         self.eviction.evict_host(self.tree.host_tokens())
         self.copies.wait()
 
