@@ -106,6 +106,11 @@ class MatchResult:
     root counts as backed up): where a storage prefetch attaches.
     ``device_slots`` may be a node's own tensor (no copy when one node covers the
     hit): read it, never write into it.
+    ``host_window_tokens``: per window pool (sliding-window KV), the tokens of
+    the window before the match end whose data is on the host only, even where
+    the KV is on the device. Such a match is served from the host tier (F10):
+    ``needs_load_back`` is true, and ``load_back(host_node)`` brings the KV's
+    host part and those windows together.
     """
 
     device_slots: torch.Tensor
@@ -114,10 +119,16 @@ class MatchResult:
     host_hit_tokens: int
     matched_tokens: int
     deepest_backed_up_node: TreeNode
+    host_window_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def device_hit_tokens(self) -> int:
         return len(self.device_slots)
+
+    @property
+    def needs_load_back(self) -> bool:
+        """Serving this match needs load_back(host_node) first: KV or a window is on the host only."""
+        return self.host_hit_tokens > 0 or any(self.host_window_tokens.values())
 
 
 @dataclass(slots=True)
