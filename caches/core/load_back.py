@@ -9,7 +9,7 @@ import torch
 from caches.core.arguments import checked_count
 from caches.core.eviction import Eviction
 from caches.core.parts import CorePart, CoreParts
-from caches.core.pools import tensor_bytes_view
+from caches.core.pools import check_slots, tensor_bytes_view
 from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.state import node_states
 from caches.core.tree import TreeNode
@@ -164,6 +164,7 @@ class LoadBackPath(CorePart):
 
     def read_device(self, device_slots: torch.Tensor, *, state_node: TreeNode | None = None) -> dict[str, torch.Tensor]:
         """Device bytes of every pool for these slots (after pending copies finish)."""
+        check_slots(device_slots, self.pools.device["kv"].num_slots, "device_slots")  # named as the caller knows it
         if state_node is not None and not self.tree.contains(state_node):
             raise CacheArgumentError("state_node", state_node, "None or a node of this cache's tree")
         self.copies.wait()

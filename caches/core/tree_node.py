@@ -14,6 +14,9 @@ from typing import Union
 
 import torch
 
+from caches.errors import CacheError
+from spec.errors import bounded_repr
+
 __all__ = [
     "InsertResult",
     "MatchResult",
@@ -32,11 +35,11 @@ NodePredicate = Callable[["TreeNode"], bool]
 SplitCallback = Callable[["TreeNode", "TreeNode"], None]
 
 
-class TreeUsageError(ValueError):
+class TreeUsageError(CacheError, ValueError):
     """A call the tree refuses: misaligned tokens, wrong slot count, bad unlock, ..."""
 
 
-class TreeInvariantError(RuntimeError):
+class TreeInvariantError(CacheError, RuntimeError):
     """The tree's structure is inconsistent (raised by check_invariants and guards)."""
 
 
@@ -163,7 +166,7 @@ def as_tokens(tokens: Tokens) -> tuple[int, ...]:
 
 def non_negative_int(field_name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TreeUsageError(f"{field_name} is {value!r}: expected a non-negative int")
+        raise TreeUsageError(f"{field_name} is {bounded_repr(value)}: expected a non-negative int")
     return value
 
 
@@ -179,7 +182,7 @@ def as_slots(
     else:
         tensor = torch.as_tensor(list(slots))
         if tensor.numel() and (tensor.dtype == torch.bool or tensor.is_floating_point()):
-            raise TreeUsageError(f"{field_name} is {slots!r}: expected integer slot ids")
+            raise TreeUsageError(f"{field_name} is {bounded_repr(slots)}: expected integer slot ids")
         tensor = tensor.to(device=device, dtype=torch.int64)
     if tensor.dim() != 1 or len(tensor) != expected_len:
         raise TreeUsageError(

@@ -29,6 +29,7 @@ from caches.core.copies import CopyTracker
 from caches.core.pools import PoolBuffer
 from caches.core.slots import SlotAccounting
 from caches.core.tree import RadixTree, TreeNode
+from caches.errors import CacheArgumentError
 from caches.unified.components import ComponentBase, ComponentData
 from spec.fence import HitPolicy
 from spec.trace import DEVICE, HOST
@@ -88,7 +89,7 @@ class SlidingWindow(ComponentBase):
     def set_slots(self, node: TreeNode, tier: str, slots: torch.Tensor) -> None:
         data: WindowData = self.data(node)  # type: ignore[assignment]
         if len(slots) != len(node.key) or (data.value if tier == DEVICE else data.host_value) is not None:
-            raise ValueError(f"{self.name}: node {node.id} takes {len(node.key)} {tier} slots and has none yet; got {len(slots)}")
+            raise CacheArgumentError(f"{tier} {self.name} slots of node {node.id}", slots, f"{len(node.key)} slots, for a node without {tier} data")
         if tier == DEVICE:
             data.value = slots.clone()
         else:
