@@ -21,6 +21,7 @@ from spec.fence import HitPolicy  # the spec owns the notion; pools only use it
 
 __all__ = [
     "HitPolicy",
+    "MEMORY_LAYOUT",
     "PoolSpec",
     "PoolBuffer",
     "PoolSet",
@@ -37,6 +38,10 @@ DeviceLike = Union[torch.device, str]
 
 POOL_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 UNITS = ("token", "state")
+# How every PoolBuffer lays out its bytes: one C-order row of elem_shape per slot,
+# slots in order, so a page is page_size consecutive rows. Stored pages keep it
+# (caches/storage/namespace.py): another layout must be another namespace.
+MEMORY_LAYOUT = "slot_major"
 
 
 class PoolSpecError(CacheError, ValueError):
@@ -225,7 +230,7 @@ def check_slots(slots: object, num_slots: int, what: str) -> torch.Tensor:
 
 
 class PoolBuffer:
-    """The memory of one pool on one tier: a tensor ``[num_slots, *elem_shape]``."""
+    """The memory of one pool on one tier: a tensor ``[num_slots, *elem_shape]`` (MEMORY_LAYOUT)."""
 
     def __init__(
         self,
