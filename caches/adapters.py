@@ -103,7 +103,7 @@ class CacheSession:
 
     def load_back(self, tokens: Sequence[int]) -> LoadedPrefix:
         m = self.cache.match_prefix(tokens)
-        if m.host_hit_tokens:
+        if m.needs_load_back:  # KV, or a sliding window under device KV, on the host only (F10)
             self.cache.load_back(m.host_node)
             m = self.cache.match_prefix(tokens)
         data = self.cache.read_device(m.device_slots, state_node=m.device_node)

@@ -1,9 +1,10 @@
 """The errors the caches raise on purpose: one hierarchy, exported from `caches`.
 
-    CacheError
-    |-- CacheArgumentError (also spec's ConfigError, a ValueError): a bad argument,
-    |   |                   one line naming the argument, the value and what is accepted
-    |   `-- BadTokensError: tokens that are not a list of token ids
+    CacheError (defined in spec/errors.py, which every package may import)
+    |-- ConfigError (spec's, a ValueError): a bad configuration field
+    |   `-- CacheArgumentError: a bad argument, one line naming the argument,
+    |       |                   the value (bounded: spec.errors.bounded_repr) and what is accepted
+    |       `-- BadTokensError: tokens that are not a list of token ids
     |-- CacheClosedError (RuntimeError): a call after close()
     |-- CacheFullError (RuntimeError): a tier cannot hold the data even after eviction
     |-- CacheTimeoutError (TimeoutError): a bounded wait ran out, naming what hung
@@ -15,6 +16,9 @@
         |-- StorageTensorError (ValueError): a tensor that cannot be transferred
         `-- StorageClosedError (RuntimeError): a backend used after close()
 
+The core's own parts (pools, allocators, the tree, the copy engine, the
+fence, the components) raise errors of their own kinds, each a CacheError.
+
 Storage faults (a page missing, damaged, foreign, or a backend raising) are
 not errors: they are recorded (`storage.faults`, `controller.fault_list()`)
 and the transfer counts as failed.
@@ -22,7 +26,7 @@ and the transfer counts as failed.
 
 from __future__ import annotations
 
-from spec.errors import ConfigError
+from spec.errors import CacheError, ConfigError
 
 __all__ = [
     "BackgroundError",
@@ -40,11 +44,7 @@ __all__ = [
 ]
 
 
-class CacheError(Exception):
-    """Base class of every error the caches raise on purpose."""
-
-
-class CacheArgumentError(CacheError, ConfigError):
+class CacheArgumentError(ConfigError):
     """An argument of a public method holds a value the cache does not accept."""
 
 

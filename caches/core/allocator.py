@@ -14,16 +14,19 @@ from collections.abc import Sequence
 
 import torch
 
+from caches.errors import CacheArgumentError, CacheError
+from spec.errors import bounded_repr
+
 __all__ = ["PageAllocator", "SlotError"]
 
 
-class SlotError(ValueError):
+class SlotError(CacheError, ValueError):
     """A free() request that names slots this allocator cannot take back."""
 
 
 def _positive_int(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{field} is {value!r}: expected a positive int")
+        raise CacheArgumentError(field, value, "an integer > 0")
     return value
 
 
@@ -38,7 +41,7 @@ class PageAllocator:
         self.num_pages = _positive_int("num_pages", num_pages)
         self.page_size = _positive_int("page_size", page_size)
         if not isinstance(name, str) or not name:
-            raise ValueError(f"name is {name!r}: expected a non-empty str")
+            raise CacheArgumentError("name", name, "a non-empty string")
         self.name = name
         self.capacity_slots = self.num_pages * self.page_size
         self._lock = threading.Lock()
@@ -70,9 +73,8 @@ class PageAllocator:
             or num_slots < 0
             or num_slots % self.page_size
         ):
-            raise ValueError(
-                f"allocator {self.name!r}: num_slots is {num_slots!r}: expected a "
-                f"non-negative int multiple of page_size {self.page_size}"
+            raise CacheArgumentError(
+                f"num_slots of allocator {self.name!r}", num_slots, f"an integer >= 0, a multiple of page_size {self.page_size}"
             )
         num_pages = num_slots // self.page_size
         with self._lock:
@@ -123,11 +125,11 @@ class PageAllocator:
             flat = torch.as_tensor(list(slots))
         except (TypeError, ValueError, RuntimeError) as exc:
             raise SlotError(
-                f"allocator {self.name!r}: slots {slots!r} are not a sequence of ints"
+                f"allocator {self.name!r}: slots {bounded_repr(slots)} are not a sequence of ints"
             ) from exc
         if flat.numel() and (flat.dtype == torch.bool or flat.is_floating_point()):
             raise SlotError(
-                f"allocator {self.name!r}: slots {slots!r} are not a sequence of ints"
+                f"allocator {self.name!r}: slots {bounded_repr(slots)} are not a sequence of ints"
             )
         return flat.reshape(-1).to(torch.int64)
 

@@ -43,8 +43,7 @@ def checked_tokens(tokens: Any) -> list[int]:
     except (TypeError, OverflowError, ValueError):
         packed = None
     if packed is None or bool in set(map(type, tokens)):
-        index, token = _first_bad(tokens)
-        raise BadTokensError(f"tokens[{index}]", token, TOKEN_ID)
+        raise _bad_token(tokens)
     return packed.tolist()
 
 
@@ -54,13 +53,18 @@ def _integral(dtype: Any) -> bool:
     return getattr(dtype, "kind", None) in ("i", "u")  # numpy
 
 
-def _first_bad(tokens: Sequence[Any]) -> tuple[int, Any]:
+def _bad_token(tokens: Sequence[Any]) -> BadTokensError:
+    """The error naming the first token the packer refused."""
     for index, token in enumerate(tokens):
         if isinstance(token, bool) or not hasattr(token, "__index__"):
-            return index, token
-        if not 0 <= token.__index__() < TOKEN_ID_LIMIT:
-            return index, token
-    raise AssertionError("no bad token found in a list the packer refused")  # pragma: no cover
+            return BadTokensError(f"tokens[{index}]", token, TOKEN_ID)
+        try:
+            value = token.__index__()
+        except (TypeError, ValueError):  # a tensor of floats, or of more than one element
+            return BadTokensError(f"tokens[{index}]", token, TOKEN_ID)
+        if not 0 <= value < TOKEN_ID_LIMIT:
+            return BadTokensError(f"tokens[{index}]", token, TOKEN_ID)
+    return BadTokensError("tokens", tokens, TOKEN_LIST)  # the packer refused a list no check above does
 
 
 def checked_request_id(request_id: Any) -> str:

@@ -114,7 +114,7 @@ class HierarchicalCache:
         self.slots = SlotAccounting(self.name, slot_groups(config, pools), self.trace)
         # Storage first: a bad storage_path is refused before any thread starts.
         self.storage_namespace = StorageNamespace.of(
-            model_name=config.model_name, dtype=config.dtype, page_size=config.page_size, specs=self.specs,
+            model_name=config.model_name, page_size=config.page_size, specs=self.specs,
             world_size=self.world_size, rank=self.rank,
         )
         # An injected backend is the caller's: it chooses its own namespace.
@@ -237,6 +237,9 @@ class HierarchicalCache:
         self._ensure_usable("evict_all")
         self.write_path.flush()
         self.eviction.evict(self.tree.device_tokens())
+        # write_back backs nodes up on their way off the device: the host tier can
+        # let them go only once those backups reached storage (a backup pins its host pages).
+        self.write_path.flush()
         self.eviction.evict_host(self.tree.host_tokens())
         self.copies.wait()
 

@@ -18,6 +18,7 @@ import torch
 
 from caches.core.copy_engine import CopyEngine, CopyError, CopyHandle
 from caches.core.pools import PoolBuffer
+from caches.errors import CacheArgumentError
 from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, WRITE_BACK_COPY, Event, EventKind, TraceRecorder
 
 Slots = Union[torch.Tensor, Sequence[int]]
@@ -86,7 +87,7 @@ class CopyTracker:
         elif direction == WRITE_BACK_COPY:
             host_slots, device_slots = dst_slots, src_slots
         else:
-            raise ValueError(f"invalid direction: {direction!r} (accepted: {LOAD_BACK_COPY!r}, {WRITE_BACK_COPY!r})")
+            raise CacheArgumentError("direction", direction, f"{LOAD_BACK_COPY!r} or {WRITE_BACK_COPY!r}")
         io = self.trace.next_io_id()
         host_event = self.trace.record(EventKind.IO_START, pool=pool, space=HOST, slots=host_slots, io=io, value=direction)
         self.trace.record(EventKind.IO_START, pool=pool, space=DEVICE, slots=device_slots, io=io, value=direction)

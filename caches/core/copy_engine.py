@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 import torch
 
 from caches.core.pools import DeviceLike, PoolBuffer, check_slots
-from caches.errors import CacheTimeoutError
+from caches.errors import CacheError, CacheTimeoutError
+from spec.errors import bounded_repr
 
 __all__ = ["CopyEngine", "CopyHandle", "CopyTimeout", "CopyEngineError", "CopyError", "DEFAULT_COPY_TIMEOUT_S"]
 
@@ -36,7 +37,7 @@ SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
 _RUN_COPY_MIN_SLOTS = 8
 
 
-class CopyEngineError(ValueError):
+class CopyEngineError(CacheError, ValueError):
     """A copy request or the engine's configuration is invalid."""
 
 
@@ -44,7 +45,7 @@ class CopyTimeout(CacheTimeoutError):
     """A bounded wait on a copy ran out before the copy completed."""
 
 
-class CopyError(RuntimeError):
+class CopyError(CacheError, RuntimeError):
     """A queued copy failed on the copy stream; raised by the handle's wait()."""
 
 
@@ -114,7 +115,7 @@ class CopyHandle:
             or timeout_s <= 0
         ):
             raise CopyEngineError(
-                f"timeout_s={timeout_s!r} for copy '{self.label}' is invalid: "
+                f"timeout_s={bounded_repr(timeout_s)} for copy '{self.label}' is invalid: "
                 f"expected a positive finite number of seconds"
             )
         if self._waiter is not None:
@@ -178,7 +179,7 @@ class CopyEngine:
         try:
             where = torch.device(device)
         except (RuntimeError, TypeError) as exc:
-            raise CopyEngineError(f"device={device!r} is invalid: {exc}") from None
+            raise CopyEngineError(f"device={bounded_repr(device)} is invalid: {exc}") from None
         if where.type not in SUPPORTED_DEVICE_TYPES:
             raise CopyEngineError(
                 f"device={str(where)!r} is not supported by CopyEngine: accepted "
@@ -212,7 +213,7 @@ class CopyEngine:
 
     def _check_buffer(self, buffer: object, role: str) -> PoolBuffer:
         if not isinstance(buffer, PoolBuffer):
-            raise CopyEngineError(f"{role}={buffer!r} is invalid: expected a PoolBuffer")
+            raise CopyEngineError(f"{role}={bounded_repr(buffer)} is invalid: expected a PoolBuffer")
         where = buffer.torch_device
         if where.type != "cpu" and where != self.device:
             raise CopyEngineError(

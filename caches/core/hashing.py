@@ -13,9 +13,12 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+from caches.errors import BadTokensError, CacheArgumentError
+
 __all__ = ["TOKEN_ID_LIMIT", "page_hash", "page_hashes"]
 
 TOKEN_ID_LIMIT = 2**32
+_TOKEN_ID = f"an integer in [0, {TOKEN_ID_LIMIT})"
 _HASH_HEX_LEN = 64
 
 # The array typecode holding exactly 4-byte unsigned ints on this platform.
@@ -31,23 +34,15 @@ def _token_list(tokens: Any) -> Sequence[int]:
     return tokens
 
 
-def _bad_token_error(tokens: Sequence[Any]) -> ValueError:
+def _bad_token_error(tokens: Sequence[Any]) -> BadTokensError:
     for index, token in enumerate(tokens):
         try:
             value = int(token) if not isinstance(token, float) else None
         except (TypeError, ValueError):
             value = None
-        if value is None or value != token:
-            return ValueError(
-                f"token id at position {index} is {token!r}: token ids must be "
-                f"integers in [0, {TOKEN_ID_LIMIT})"
-            )
-        if not 0 <= value < TOKEN_ID_LIMIT:
-            return ValueError(
-                f"token id at position {index} is {value}: accepted range is "
-                f"[0, {TOKEN_ID_LIMIT})"
-            )
-    return ValueError(f"token ids must be integers in [0, {TOKEN_ID_LIMIT})")
+        if value is None or value != token or not 0 <= value < TOKEN_ID_LIMIT:
+            return BadTokensError(f"token id at position {index}", token, _TOKEN_ID)
+    return BadTokensError("tokens", tokens, f"a sequence of {_TOKEN_ID}s")
 
 
 def _token_bytes(tokens: Sequence[int]) -> bytes:
@@ -63,16 +58,12 @@ def _token_bytes(tokens: Sequence[int]) -> bytes:
 def _prev_digest(prev: str | None) -> bytes:
     if prev is None:
         return b""
-    if not isinstance(prev, str) or len(prev) != _HASH_HEX_LEN:
-        raise ValueError(
-            f"prev is {prev!r}: expected None or a {_HASH_HEX_LEN}-character hex SHA-256"
-        )
-    try:
-        return bytes.fromhex(prev)
-    except ValueError as exc:
-        raise ValueError(
-            f"prev is {prev!r}: expected None or a {_HASH_HEX_LEN}-character hex SHA-256"
-        ) from exc
+    if isinstance(prev, str) and len(prev) == _HASH_HEX_LEN:
+        try:
+            return bytes.fromhex(prev)
+        except ValueError:
+            pass
+    raise CacheArgumentError("prev", prev, f"None or a {_HASH_HEX_LEN}-character hex SHA-256")
 
 
 def page_hash(prev: str | None, page_tokens: Sequence[int]) -> str:
@@ -87,7 +78,7 @@ def page_hashes(
 ) -> list[str]:
     """One chained hash per full page of ``tokens``; a trailing partial page is ignored."""
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
-        raise ValueError(f"page_size is {page_size!r}: expected a positive int")
+        raise CacheArgumentError("page_size", page_size, "an integer > 0")
     token_list = _token_list(tokens)
     num_pages = len(token_list) // page_size
     if num_pages == 0:

@@ -9,12 +9,12 @@ import torch
 from caches.core.arguments import checked_count
 from caches.core.eviction import Eviction
 from caches.core.parts import CorePart, CoreParts
-from caches.core.pools import tensor_bytes_view
+from caches.core.pools import check_slots, tensor_bytes_view
 from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.state import node_states
 from caches.core.tree import TreeNode
 from caches.core.tree_node import concat_slots
-from caches.core.windows import device_window, host_only
+from caches.core.windows import device_window, host_only_windows
 from caches.errors import CacheArgumentError
 from caches.storage import pool_key
 from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, EventKind, page_digest
@@ -26,7 +26,7 @@ class LoadBackPath(CorePart):
         self.eviction = eviction
 
     def load_back(self, node: TreeNode, quota_tokens: int | None = None) -> torch.Tensor | None:
-        """Copy the host-only part of the path ending at `node` to the device.
+        """Copy the host-only part of the path ending at `node` to the device, and of the windows before it.
 
         All or nothing: returns the new device slots, or None when the part is
         shorter than load_back_min_tokens, over `quota_tokens`, or does not fit.
@@ -53,8 +53,7 @@ class LoadBackPath(CorePart):
             anchor = anchor.parent
         path.reverse()
         # Window pools: the pages of the window ending at `node` whose data is on the host only.
-        windows = {pool: host_only(owner, owner.window_nodes(node) or []) for pool, owner in self.hooks.windows.items()}
-        windows = {pool: nodes for pool, nodes in windows.items() if nodes}
+        windows = host_only_windows(self.hooks.windows, node)
         if not path and not windows:
             return torch.empty(0, dtype=torch.int64)
         total = sum(len(p.key) for p in path)
@@ -165,6 +164,7 @@ class LoadBackPath(CorePart):
 
     def read_device(self, device_slots: torch.Tensor, *, state_node: TreeNode | None = None) -> dict[str, torch.Tensor]:
         """Device bytes of every pool for these slots (after pending copies finish)."""
+        check_slots(device_slots, self.pools.device["kv"].num_slots, "device_slots")  # named as the caller knows it
         if state_node is not None and not self.tree.contains(state_node):
             raise CacheArgumentError("state_node", state_node, "None or a node of this cache's tree")
         self.copies.wait()

@@ -31,11 +31,13 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from caches.errors import CacheError
 from spec.clock import Clock
 from spec.fence import HitPolicy, PoolProgress
 from spec.trace import LOAD, Event, EventKind, HOST, TraceRecorder
 
-class FenceError(RuntimeError):
+
+class FenceError(CacheError, RuntimeError):
     """A caller tried to expose a slot that the fence forbids exposing."""
 
 

@@ -15,16 +15,20 @@ from typing import Iterator, Mapping, Sequence, Union
 
 import torch
 
+from caches.errors import CacheError
+from spec.errors import bounded_repr
 from spec.fence import HitPolicy  # the spec owns the notion; pools only use it
 
 __all__ = [
     "HitPolicy",
+    "MEMORY_LAYOUT",
     "PoolSpec",
     "PoolBuffer",
     "PoolSet",
     "PoolSpecError",
     "PoolSlotError",
     "PoolSetError",
+    "UnknownPoolError",
     "tensor_bytes_view",
     "check_slots",
     "DeviceLike",
@@ -34,18 +38,26 @@ DeviceLike = Union[torch.device, str]
 
 POOL_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 UNITS = ("token", "state")
+# How every PoolBuffer lays out its bytes: one C-order row of elem_shape per slot,
+# slots in order, so a page is page_size consecutive rows. Stored pages keep it
+# (caches/storage/namespace.py): another layout must be another namespace.
+MEMORY_LAYOUT = "slot_major"
 
 
-class PoolSpecError(ValueError):
+class PoolSpecError(CacheError, ValueError):
     """A pool description or a pool buffer's construction argument is invalid."""
 
 
-class PoolSlotError(ValueError):
+class PoolSlotError(CacheError, ValueError):
     """Slot indices or data handed to a pool buffer do not fit it."""
 
 
-class PoolSetError(ValueError):
+class PoolSetError(CacheError, ValueError):
     """The pools of one tier do not form a valid set."""
+
+
+class UnknownPoolError(CacheError, KeyError):
+    """A pool set has no pool of that name (a KeyError, as a mapping's lookup is)."""
 
 
 def _is_int(value: object) -> bool:
@@ -56,7 +68,7 @@ def _is_int(value: object) -> bool:
 def _validate_pool_name(name: object) -> None:
     if not isinstance(name, str) or POOL_NAME_PATTERN.fullmatch(name) is None:
         raise PoolSpecError(
-            f"PoolSpec.name={name!r} is invalid: expected a lowercase identifier "
+            f"PoolSpec.name={bounded_repr(name)} is invalid: expected a lowercase identifier "
             f"matching [a-z][a-z0-9_]*"
         )
 
@@ -83,7 +95,7 @@ class PoolSpec:
         _validate_pool_name(self.name)
         if self.unit not in UNITS:
             raise PoolSpecError(
-                f"PoolSpec.unit={self.unit!r} for pool '{self.name}' is invalid: "
+                f"PoolSpec.unit={bounded_repr(self.unit)} for pool '{self.name}' is invalid: "
                 f"accepted values are {', '.join(repr(u) for u in UNITS)}"
             )
         if isinstance(self.elem_shape, list):
@@ -93,29 +105,29 @@ class PoolSpec:
             _is_int(d) and d > 0 for d in self.elem_shape
         ):
             raise PoolSpecError(
-                f"PoolSpec.elem_shape={self.elem_shape!r} for pool '{self.name}' is "
+                f"PoolSpec.elem_shape={bounded_repr(self.elem_shape)} for pool '{self.name}' is "
                 f"invalid: expected a tuple of positive ints"
             )
         if not isinstance(self.dtype, torch.dtype):
             raise PoolSpecError(
-                f"PoolSpec.dtype={self.dtype!r} for pool '{self.name}' is invalid: "
+                f"PoolSpec.dtype={bounded_repr(self.dtype)} for pool '{self.name}' is invalid: "
                 f"expected a torch.dtype such as torch.bfloat16"
             )
         if not isinstance(self.hit_policy, HitPolicy):
             raise PoolSpecError(
-                f"PoolSpec.hit_policy={self.hit_policy!r} for pool '{self.name}' is "
+                f"PoolSpec.hit_policy={bounded_repr(self.hit_policy)} for pool '{self.name}' is "
                 f"invalid: accepted values are "
                 f"{', '.join('HitPolicy.' + p.name for p in HitPolicy)}"
             )
         if not isinstance(self.shares_kv_slots, bool):
             raise PoolSpecError(
-                f"PoolSpec.shares_kv_slots={self.shares_kv_slots!r} for pool "
+                f"PoolSpec.shares_kv_slots={bounded_repr(self.shares_kv_slots)} for pool "
                 f"'{self.name}' is invalid: expected True or False"
             )
         if self.shares_kv_slots and (self.name == "kv" or self.unit != "token"):
             raise PoolSpecError(
                 f"PoolSpec.shares_kv_slots=True for pool '{self.name}' "
-                f"(unit={self.unit!r}) is invalid: only a token pool other than "
+                f"(unit={bounded_repr(self.unit)}) is invalid: only a token pool other than "
                 f"'kv' can reuse the KV pool's slot numbers"
             )
         windowed = self.hit_policy is HitPolicy.TRAILING_WINDOW
@@ -123,8 +135,8 @@ class PoolSpec:
             windowed and (self.unit != "token" or self.shares_kv_slots)
         ):
             raise PoolSpecError(
-                f"PoolSpec.window_tokens={self.window_tokens!r} for pool '{self.name}' "
-                f"(hit_policy={self.hit_policy}, unit={self.unit!r}) is invalid: a TRAILING_WINDOW "
+                f"PoolSpec.window_tokens={bounded_repr(self.window_tokens)} for pool '{self.name}' "
+                f"(hit_policy={self.hit_policy}, unit={bounded_repr(self.unit)}) is invalid: a TRAILING_WINDOW "
                 f"token pool with slots of its own has window_tokens > 0, every other pool 0"
             )
         if self.name == "kv" and (
@@ -132,7 +144,7 @@ class PoolSpec:
         ):
             raise PoolSpecError(
                 f"pool 'kv' must have unit='token' and hit_policy=HitPolicy.ALL_PAGES, "
-                f"got unit={self.unit!r}, hit_policy={self.hit_policy}"
+                f"got unit={bounded_repr(self.unit)}, hit_policy={self.hit_policy}"
             )
 
     @classmethod
@@ -163,7 +175,7 @@ class PoolSpec:
         """Slots one page of this pool spans: ``page_size`` for token pools, 1 for state."""
         if not _is_int(page_size) or page_size <= 0:
             raise PoolSpecError(
-                f"page_size={page_size!r} is invalid: expected a positive int"
+                f"page_size={bounded_repr(page_size)} is invalid: expected a positive int"
             )
         return page_size if self.unit == "token" else 1
 
@@ -218,7 +230,7 @@ def check_slots(slots: object, num_slots: int, what: str) -> torch.Tensor:
 
 
 class PoolBuffer:
-    """The memory of one pool on one tier: a tensor ``[num_slots, *elem_shape]``."""
+    """The memory of one pool on one tier: a tensor ``[num_slots, *elem_shape]`` (MEMORY_LAYOUT)."""
 
     def __init__(
         self,
@@ -230,22 +242,22 @@ class PoolBuffer:
     ) -> None:
         if not isinstance(spec, PoolSpec):
             raise PoolSpecError(
-                f"spec={spec!r} is invalid: expected a PoolSpec"
+                f"spec={bounded_repr(spec)} is invalid: expected a PoolSpec"
             )
         if not _is_int(num_slots) or num_slots <= 0:
             raise PoolSpecError(
-                f"num_slots={num_slots!r} for pool '{spec.name}' is invalid: "
+                f"num_slots={bounded_repr(num_slots)} for pool '{spec.name}' is invalid: "
                 f"expected a positive int"
             )
         try:
             where = torch.device(device)
         except (RuntimeError, TypeError) as exc:
             raise PoolSpecError(
-                f"device={device!r} for pool '{spec.name}' is invalid: {exc}"
+                f"device={bounded_repr(device)} for pool '{spec.name}' is invalid: {exc}"
             ) from None
         if pin_memory is not None and not isinstance(pin_memory, bool):
             raise PoolSpecError(
-                f"pin_memory={pin_memory!r} for pool '{spec.name}' is invalid: "
+                f"pin_memory={bounded_repr(pin_memory)} for pool '{spec.name}' is invalid: "
                 f"expected True, False or None"
             )
         pinned = bool(pin_memory)
@@ -295,7 +307,7 @@ class PoolBuffer:
     def _check_range(self, first_slot: int, num_slots: int) -> None:
         if not _is_int(first_slot) or not _is_int(num_slots):
             raise PoolSlotError(
-                f"slot range (first_slot={first_slot!r}, num_slots={num_slots!r}) for "
+                f"slot range (first_slot={bounded_repr(first_slot)}, num_slots={bounded_repr(num_slots)}) for "
                 f"pool '{self.spec.name}' is invalid: expected ints"
             )
         if first_slot < 0 or num_slots <= 0 or first_slot + num_slots > self.num_slots:
@@ -359,7 +371,7 @@ class PoolSet(Mapping[str, PoolBuffer]):
         specs = list(specs)
         for spec in specs:
             if not isinstance(spec, PoolSpec):
-                raise PoolSetError(f"specs contains {spec!r}: expected PoolSpec items")
+                raise PoolSetError(f"specs contains {bounded_repr(spec)}: expected PoolSpec items")
         names = [spec.name for spec in specs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -384,9 +396,9 @@ class PoolSet(Mapping[str, PoolBuffer]):
                 given = sizes.get(spec.name, sizes["kv"])
                 if given != sizes["kv"]:
                     raise PoolSetError(
-                        f"sizes['{spec.name}']={given!r} is invalid: pool '{spec.name}' "
+                        f"sizes['{spec.name}']={bounded_repr(given)} is invalid: pool '{spec.name}' "
                         f"shares the KV pool's slot numbers, so its size must equal "
-                        f"sizes['kv']={sizes['kv']!r}"
+                        f"sizes['kv']={bounded_repr(sizes['kv'])}"
                     )
                 resolved[spec.name] = given
             elif spec.name not in sizes:
@@ -417,8 +429,8 @@ class PoolSet(Mapping[str, PoolBuffer]):
         try:
             return self._buffers[name]
         except KeyError:
-            raise KeyError(
-                f"no pool named {name!r} in this pool set (pools: {list(self._buffers)})"
+            raise UnknownPoolError(
+                f"no pool named {bounded_repr(name)} in this pool set (pools: {list(self._buffers)})"
             ) from None
 
     def __iter__(self) -> Iterator[str]:

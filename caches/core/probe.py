@@ -6,6 +6,7 @@ import torch
 
 from caches.core.hashing import page_hashes
 from caches.core.operation import PoolPlan, PrefetchOperation
+from caches.errors import CacheArgumentError
 from spec.decision import DecisionState
 from spec.fence import HitPolicy
 from spec.trace import NullRecorder
@@ -21,7 +22,7 @@ def probe_operation(state: DecisionState, *, page_size: int, start_time: float) 
         extras.append(PoolPlan("indexer", HitPolicy.ALL_PAGES, slots, "kv"))
 
     def never_freed(group: str, freed: list[int]) -> None:
-        raise RuntimeError("a probe operation owns no allocated slots")
+        raise CacheArgumentError("operation", "a probe operation", "an operation the cache registered: a probe owns no slots to free")
 
     op = PrefetchOperation(
         "probe", requested_hashes=hashes, kv=PoolPlan("kv", HitPolicy.ALL_PAGES, slots, "kv"), extras=extras,

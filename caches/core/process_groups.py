@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from caches.core.reducer import LocalReducer, Reducer, TorchDistReducer
-from spec.errors import ConfigError
+from spec.errors import ConfigError, bounded_repr
 from spec.groups import KINDS, group_label, vote_group_kinds
 from spec.trace import TraceRecorder
 
@@ -60,9 +60,9 @@ def checked_partitions(partitions: Any, world_size: int) -> dict[str, list[list[
         try:
             members = [sorted(int(r) for r in group) for group in groups]
         except (TypeError, ValueError):
-            raise ConfigError(f"process_groups[{kind!r}]", groups, accepted) from None
+            raise ConfigError(f"process_groups[{bounded_repr(kind)}]", groups, accepted) from None
         if sorted(r for group in members for r in group) != list(range(world_size)) or any(not group for group in members):
-            raise ConfigError(f"process_groups[{kind!r}]", groups, accepted)
+            raise ConfigError(f"process_groups[{bounded_repr(kind)}]", groups, accepted)
         out[kind] = members
     return out
 

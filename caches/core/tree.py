@@ -38,6 +38,7 @@ from caches.core.tree_node import (  # the node types stay importable from here
     InsertResult, MatchResult, NodeCallback, NodePredicate, Slots, SplitCallback, Tokens, TreeInvariantError, TreeNode,
     TreeUsageError, as_slots, as_tokens, check_aligned, checked_hashes, concat_slots, non_negative_int,
 )
+from spec.errors import bounded_repr
 
 __all__ = ["InsertResult", "MatchResult", "RadixTree", "TreeInvariantError", "TreeNode", "TreeUsageError"]
 
@@ -58,7 +59,7 @@ class RadixTree:
         device: torch.device | str = "cpu",
     ) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
-            raise TreeUsageError(f"page_size is {page_size!r}: expected a positive int")
+            raise TreeUsageError(f"page_size is {bounded_repr(page_size)}: expected a positive int")
         self.page_size = page_size
         self.device = torch.device(device)
         self._on_split = on_split
@@ -285,7 +286,7 @@ class RadixTree:
             or not 0 < at < len(node.key)
         ):
             raise TreeUsageError(
-                f"at is {at!r}: expected a multiple of page_size {self.page_size} "
+                f"at is {bounded_repr(at)}: expected a multiple of page_size {self.page_size} "
                 f"strictly between 0 and the node's {len(node.key)} tokens"
             )
         return self._split(node, at)
@@ -583,6 +584,6 @@ class RadixTree:
 
     def _check_in_tree(self, node: TreeNode, field_name: str) -> None:
         if not isinstance(node, TreeNode):
-            raise TreeUsageError(f"{field_name} is {node!r}: expected a TreeNode")
+            raise TreeUsageError(f"{field_name} is {bounded_repr(node)}: expected a TreeNode")
         if not self.contains(node):
-            raise TreeUsageError(f"{field_name} {node!r} is not in this tree (deleted?)")
+            raise TreeUsageError(f"{field_name} {bounded_repr(node)} is not in this tree (deleted?)")

@@ -14,6 +14,9 @@ from typing import Union
 
 import torch
 
+from caches.errors import CacheError
+from spec.errors import bounded_repr
+
 __all__ = [
     "InsertResult",
     "MatchResult",
@@ -32,11 +35,11 @@ NodePredicate = Callable[["TreeNode"], bool]
 SplitCallback = Callable[["TreeNode", "TreeNode"], None]
 
 
-class TreeUsageError(ValueError):
+class TreeUsageError(CacheError, ValueError):
     """A call the tree refuses: misaligned tokens, wrong slot count, bad unlock, ..."""
 
 
-class TreeInvariantError(RuntimeError):
+class TreeInvariantError(CacheError, RuntimeError):
     """The tree's structure is inconsistent (raised by check_invariants and guards)."""
 
 
@@ -106,6 +109,11 @@ class MatchResult:
     root counts as backed up): where a storage prefetch attaches.
     ``device_slots`` may be a node's own tensor (no copy when one node covers the
     hit): read it, never write into it.
+    ``host_window_tokens``: per window pool (sliding-window KV), the tokens of
+    the window before the match end whose data is on the host only, even where
+    the KV is on the device. Such a match is served from the host tier (F10):
+    ``needs_load_back`` is true, and ``load_back(host_node)`` brings the KV's
+    host part and those windows together.
     """
 
     device_slots: torch.Tensor
@@ -114,10 +122,16 @@ class MatchResult:
     host_hit_tokens: int
     matched_tokens: int
     deepest_backed_up_node: TreeNode
+    host_window_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def device_hit_tokens(self) -> int:
         return len(self.device_slots)
+
+    @property
+    def needs_load_back(self) -> bool:
+        """Serving this match needs load_back(host_node) first: KV or a window is on the host only."""
+        return self.host_hit_tokens > 0 or any(self.host_window_tokens.values())
 
 
 @dataclass(slots=True)
@@ -152,7 +166,7 @@ def as_tokens(tokens: Tokens) -> tuple[int, ...]:
 
 def non_negative_int(field_name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TreeUsageError(f"{field_name} is {value!r}: expected a non-negative int")
+        raise TreeUsageError(f"{field_name} is {bounded_repr(value)}: expected a non-negative int")
     return value
 
 
@@ -168,7 +182,7 @@ def as_slots(
     else:
         tensor = torch.as_tensor(list(slots))
         if tensor.numel() and (tensor.dtype == torch.bool or tensor.is_floating_point()):
-            raise TreeUsageError(f"{field_name} is {slots!r}: expected integer slot ids")
+            raise TreeUsageError(f"{field_name} is {bounded_repr(slots)}: expected integer slot ids")
         tensor = tensor.to(device=device, dtype=torch.int64)
     if tensor.dim() != 1 or len(tensor) != expected_len:
         raise TreeUsageError(

@@ -68,4 +68,10 @@ def host_only(owner: WindowOwner, nodes: Sequence[TreeNode]) -> list[TreeNode]:
     return [n for n in nodes if owner.slots(n, DEVICE) is None and owner.slots(n, HOST) is not None]
 
 
+def host_only_windows(owners: Mapping[str, WindowOwner], end: TreeNode) -> dict[str, list[TreeNode]]:
+    """Per window pool, the nodes of the window ending at `end` whose data is on the host only (pools with none left out)."""
+    found = {pool: host_only(owner, owner.window_nodes(end) or []) for pool, owner in owners.items()}
+    return {pool: nodes for pool, nodes in found.items() if nodes}
+
+
 NoWindows: Mapping[str, WindowOwner] = {}

@@ -26,6 +26,7 @@ from caches.core.reducer import Reducer
 from caches.core.slots import KV_GROUP, STATE_GROUP
 from caches.core.state import node_states
 from caches.core.tree import InsertResult, MatchResult, TreeNode
+from caches.core.windows import host_only_windows
 from caches.errors import CacheArgumentError, CacheFullError, CacheTimeoutError
 from spec.trace import DEVICE, HOST, WRITE_BACK_COPY
 
@@ -171,7 +172,12 @@ class WritePath(CorePart):
         for node in path:
             node.hit_count += 1
         self.back_up_by_policy(path)
-        return self.hooks.usable_match(full)
+        match = self.hooks.usable_match(full)
+        # F10: a window on the host only is served through load-back, even under device KV; the match says so.
+        match.host_window_tokens = {
+            pool: sum(len(n.key) for n in nodes) for pool, nodes in host_only_windows(self.hooks.windows, match.host_node).items()
+        }
+        return match
 
     def _check_write_data(self, data: Any, count: int) -> None:
         if not isinstance(data, Mapping):

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 import torch
 
 from caches.errors import StorageClosedError, StorageConfigError, StorageError, StorageKeyError, StorageTensorError
+from spec.errors import bounded_repr
 
 __all__ = [
     "StorageBackend",
@@ -96,7 +97,7 @@ def validate_key(key: object) -> str:
 def _validate_pool(pool: object) -> str:
     if not isinstance(pool, str) or POOL_NAME_PATTERN.fullmatch(pool) is None:
         raise StorageKeyError(
-            f"pool name {pool!r} is invalid: expected a lowercase identifier "
+            f"pool name {bounded_repr(pool)} is invalid: expected a lowercase identifier "
             f"matching [a-z][a-z0-9_]* of at most {MAX_POOL_NAME} characters"
         )
     return pool
@@ -107,7 +108,7 @@ def pool_key(page_hash: str, pool: str) -> str:
     _validate_pool(pool)
     if not isinstance(page_hash, str) or PAGE_HASH_PATTERN.fullmatch(page_hash) is None:
         raise StorageKeyError(
-            f"page hash {page_hash!r} for pool '{pool}' is invalid: expected 64 "
+            f"page hash {bounded_repr(page_hash)} for pool '{pool}' is invalid: expected 64 "
             f"lowercase hex digits (the pool suffix is added by pool_key)"
         )
     return page_hash if pool == "kv" else f"{page_hash}.{pool}"

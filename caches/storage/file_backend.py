@@ -24,8 +24,10 @@ from pathlib import Path
 import torch
 
 from caches.core.pools import tensor_bytes_view
+from caches.errors import CacheTimeoutError
 from caches.storage.base import StorageBackend, StorageConfigError, StorageError, validate_key
 from caches.storage.integrity import CHECKSUMS, DEFAULT_CHECKSUM, bound_checksum, checksums
+from spec.errors import bounded_repr
 
 __all__ = ["FileStorage", "FILE_MAGIC", "FILE_FORMAT_VERSION", "FILE_HEADER", "namespace_tag"]
 
@@ -108,11 +110,11 @@ class FileStorage(StorageBackend):
     ) -> None:
         super().__init__()
         if isinstance(read_threads, bool) or not isinstance(read_threads, int) or read_threads < 1:
-            raise StorageConfigError(f"read_threads={read_threads!r} is invalid: expected an integer >= 1")
+            raise StorageConfigError(f"read_threads={bounded_repr(read_threads)} is invalid: expected an integer >= 1")
         if not isinstance(namespace, str):
-            raise StorageConfigError(f"namespace={namespace!r} is invalid: expected a string")
+            raise StorageConfigError(f"namespace={bounded_repr(namespace)} is invalid: expected a string")
         if checksum not in CHECKSUMS:
-            raise StorageConfigError(f"checksum={checksum!r} is invalid: expected one of {', '.join(map(repr, CHECKSUMS))}")
+            raise StorageConfigError(f"checksum={bounded_repr(checksum)} is invalid: expected one of {', '.join(map(repr, CHECKSUMS))}")
         self.namespace = namespace
         self._namespace_tag = namespace_tag(namespace)
         self._checksum = checksum
@@ -123,10 +125,10 @@ class FileStorage(StorageBackend):
         )
         if not isinstance(root, (str, Path)) or str(root) == "":
             raise StorageConfigError(
-                f"storage root {root!r} is invalid: expected a non-empty path (str or Path)"
+                f"storage root {bounded_repr(root)} is invalid: expected a non-empty path (str or Path)"
             )
         if not isinstance(fsync, bool):
-            raise StorageConfigError(f"fsync={fsync!r} is invalid: expected True or False")
+            raise StorageConfigError(f"fsync={bounded_repr(fsync)} is invalid: expected True or False")
         self.root = Path(root)
         self._fsync = fsync
         self._root_str = os.fspath(self.root)
@@ -191,7 +193,7 @@ class FileStorage(StorageBackend):
             try:
                 results += future.result(timeout=self._read_timeout_s)
             except FutureTimeout:
-                raise TimeoutError(f"{self!r}: a page read did not finish within {self._read_timeout_s}s") from None
+                raise CacheTimeoutError(f"{self!r}: a page read did not finish within {self._read_timeout_s}s") from None
         return results
 
     def _read_verified(self, keys: list[str], targets: list[torch.Tensor]) -> list[bool]:

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 from caches.core.pools import tensor_bytes_view
+from caches.errors import StorageConfigError
+from spec.errors import bounded_repr
 
 __all__ = ["CHECKSUMS", "DEFAULT_CHECKSUM", "bound_checksum", "checksum", "checksums"]
 
@@ -62,7 +64,7 @@ def checksum(algorithm: str, page: torch.Tensor) -> int:
         return _sum64(_bytes_of(page))
     if algorithm == "crc32":
         return zlib.crc32(tensor_bytes_view(page))
-    raise ValueError(f"checksum algorithm {algorithm!r} is unknown: accepted are {', '.join(CHECKSUMS)}")
+    raise StorageConfigError(f"checksum algorithm {bounded_repr(algorithm)} is unknown: accepted are {', '.join(CHECKSUMS)}")
 
 
 def checksums(algorithm: str, pages: Sequence[torch.Tensor]) -> list[int]:

@@ -3,16 +3,26 @@
 Page keys identify tokens, not bytes: two models (or one model after a dtype
 or layout change) produce the same keys for the same tokens and different
 bytes for them. Bytes are interchangeable only between caches that agree on
-the model identity (`model_name`), the dtype, every pool's name, unit and
-element shape, the page size and the tensor-parallel world size; the rank
-then picks the shard. A cache's file storage lives in
+every named field of the namespace, each stated once:
 
-    <storage_path>/<model>.<digest of the above>/rank<r>/
+- `model_name`: the model identity (weights and revision);
+- `dtype`: per pool, the element type of its bytes;
+- `layout`: per pool, its unit, element shape and memory layout (how a
+  page's slots lie in its bytes);
+- `page_size`: tokens per page;
+- `world_size`: the tensor-parallel world size (how a page is sharded);
+- `rank`: which shard this cache stores.
 
-next to a `namespace.json` saying what the digest covers, and every page it
-writes carries a tag of that namespace and its rank. A cache in another
-namespace finds nothing in this folder, and a page moved in from elsewhere is
-a miss with a recorded fault: a mismatch is always a miss, never a load.
+A cache's file storage lives in
+
+    <storage_path>/<model>.<digest>/rank<r>/
+
+where the digest covers every field but the rank (what every rank of one
+deployment shares), written down in a `namespace.json` next to the rank
+folders; the rank names its folder and, with the digest, the tag every page
+it writes carries. A cache in another namespace finds nothing in this
+folder, and a page moved in from elsewhere is a miss with a recorded fault:
+a mismatch is always a miss, never a load.
 """
 
 from __future__ import annotations
@@ -26,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["StorageNamespace", "NAMESPACE_FILE"]
+from caches.core.pools import MEMORY_LAYOUT
+
+__all__ = ["StorageNamespace", "PoolLayout", "NAMESPACE_FILE"]
 
 NAMESPACE_FILE = "namespace.json"
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -34,36 +46,44 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class PoolLayout:
-    name: str
+    """What one slot of a pool is, apart from its dtype: its unit, element shape and memory layout."""
+
     unit: str
     elem_shape: tuple[int, ...]
-    dtype: str
+    memory: str = MEMORY_LAYOUT
+
+    def describe(self) -> dict[str, Any]:
+        return {"unit": self.unit, "elem_shape": list(self.elem_shape), "memory": self.memory}
 
 
 @dataclass(frozen=True)
 class StorageNamespace:
     model_name: str
-    dtype: str
+    dtype: tuple[tuple[str, str], ...]  # (pool, dtype name), by pool name
+    layout: tuple[tuple[str, PoolLayout], ...]  # (pool, its layout), by pool name
     page_size: int
-    pools: tuple[PoolLayout, ...]
     world_size: int
     rank: int
 
     @classmethod
-    def of(cls, *, model_name: str, dtype: str, page_size: int, specs: Sequence[Any], world_size: int, rank: int) -> "StorageNamespace":
-        pools = tuple(sorted(
-            (PoolLayout(s.name, s.unit, tuple(s.elem_shape), str(s.dtype).removeprefix("torch.")) for s in specs),
-            key=lambda p: p.name,
-        ))
-        return cls(model_name, dtype, page_size, pools, world_size, rank)
+    def of(cls, *, model_name: str, page_size: int, specs: Sequence[Any], world_size: int, rank: int) -> "StorageNamespace":
+        by_name = sorted(specs, key=lambda s: s.name)
+        return cls(
+            model_name=model_name,
+            dtype=tuple((s.name, str(s.dtype).removeprefix("torch.")) for s in by_name),
+            layout=tuple((s.name, PoolLayout(s.unit, tuple(s.elem_shape))) for s in by_name),
+            page_size=page_size,
+            world_size=world_size,
+            rank=rank,
+        )
 
     def describe(self) -> dict[str, Any]:
-        """What every rank of one deployment shares (the rank picks a subfolder)."""
+        """The named fields every rank of one deployment shares (the rank picks a subfolder): what the digest covers."""
         return {
             "model_name": self.model_name,
-            "dtype": self.dtype,
+            "dtype": dict(self.dtype),
+            "layout": {pool: layout.describe() for pool, layout in self.layout},
             "page_size": self.page_size,
-            "pools": [{"name": p.name, "unit": p.unit, "elem_shape": list(p.elem_shape), "dtype": p.dtype} for p in self.pools],
             "world_size": self.world_size,
         }
 
@@ -79,7 +99,7 @@ class StorageNamespace:
 
     @property
     def tag(self) -> str:
-        """The namespace string a rank's file storage stamps into its pages."""
+        """The namespace string a rank's file storage stamps into its pages: the digest and the rank, named."""
         return f"{self.digest}/rank{self.rank}"
 
     def rank_root(self, storage_path: str | Path) -> Path:

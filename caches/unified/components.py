@@ -43,13 +43,14 @@ from caches.core.copies import CopyTracker
 from caches.core.slots import STATE_GROUP
 from caches.core.state import StateRef, node_states
 from caches.core.tree import RadixTree, TreeNode
+from caches.errors import CacheError
 from spec.fence import HitPolicy
 from spec.trace import DEVICE, HOST
 
 EXT_KEY = "components"
 
 
-class ComponentLockError(ValueError):
+class ComponentLockError(CacheError, ValueError):
     """An unlock or unpin without a matching lock or pin."""
 
 

@@ -8,7 +8,8 @@ while their KV stays, and evicts a leaf whole (every component's data, as
 upstream's cascade does at leaves). A match may end only where every node of
 the window before the end carries its data on some tier (spec clause F10):
 a tombstone serves no match end within the window after it, and a load-back
-brings the host-only part of the window to the device.
+brings the host-only part of the window to the device (the match says when
+one is needed, even under device KV: MatchResult.needs_load_back).
 
 The core moves the bytes (caches/core/windows.py): it asks this component
 which slots a node holds, hands it the slots of a write, a backup, a
@@ -28,6 +29,7 @@ from caches.core.copies import CopyTracker
 from caches.core.pools import PoolBuffer
 from caches.core.slots import SlotAccounting
 from caches.core.tree import RadixTree, TreeNode
+from caches.errors import CacheArgumentError
 from caches.unified.components import ComponentBase, ComponentData
 from spec.fence import HitPolicy
 from spec.trace import DEVICE, HOST
@@ -87,7 +89,7 @@ class SlidingWindow(ComponentBase):
     def set_slots(self, node: TreeNode, tier: str, slots: torch.Tensor) -> None:
         data: WindowData = self.data(node)  # type: ignore[assignment]
         if len(slots) != len(node.key) or (data.value if tier == DEVICE else data.host_value) is not None:
-            raise ValueError(f"{self.name}: node {node.id} takes {len(node.key)} {tier} slots and has none yet; got {len(slots)}")
+            raise CacheArgumentError(f"{tier} {self.name} slots of node {node.id}", slots, f"{len(node.key)} slots, for a node without {tier} data")
         if tier == DEVICE:
             data.value = slots.clone()
         else:
@@ -129,7 +131,11 @@ class SlidingWindow(ComponentBase):
         return nodes if all(self.holds_data(n) for n in nodes) else None
 
     def accepts_match_end(self, node: TreeNode) -> bool:
-        """F10: every node of the window before the end carries the window, on the device or the host (load-back brings it)."""
+        """F10: every node of the window before the end carries the window, on the device or the host.
+
+        A host-only part is served from the host: the match reports it
+        (MatchResult.host_window_tokens) and load-back brings it.
+        """
         return self.window_nodes(node) is not None
 
     def accepts_anchor(self, node: TreeNode) -> bool:

@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from caches.errors import CacheError
 from caches.upstream_decision.names import ENTRY_METHOD, SELF_NAMES
 from caches.upstream_decision.source import ExtractedDecision
 from spec.decision import VOTE_COLLECTIVE
+from spec.errors import bounded_repr
 from spec.timeout import is_timed_out, timeout_budget
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 UPSTREAM_MIN_COLLECTIVE = "upstream_min"
 
 
-class ShimError(RuntimeError):
+class ShimError(CacheError, RuntimeError):
     """Upstream's code did something at run time the shim does not map (names a class and what)."""
 
 
@@ -89,7 +91,7 @@ class _Strict:
     _what = "object"
 
     def __getattr__(self, name: str) -> Any:
-        raise ShimError(f"{self._what} has no {name!r} in the upstream-decision shim (caches/upstream_decision/names.py)")
+        raise ShimError(f"{self._what} has no {bounded_repr(name)} in the upstream-decision shim (caches/upstream_decision/names.py)")
 
 
 class SelfView(_Strict):
@@ -195,7 +197,7 @@ class DecisionCall:
 
     def group_of(self, group: Any) -> GroupHandle:
         if group is not self.group:
-            raise ShimError(f"{self.bound.extracted.class_name}: a collective on {group!r}; the shim maps only self.tp_group")
+            raise ShimError(f"{self.bound.extracted.class_name}: a collective on {bounded_repr(group)}; the shim maps only self.tp_group")
         return group
 
     def all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> None:
@@ -212,7 +214,7 @@ class DecisionCall:
         elif op == ReduceOp.MIN:
             reduced = cache.reducer.all_reduce_min(values, name=UPSTREAM_MIN_COLLECTIVE, op=request_id, step=cache._step)
         else:
-            raise ShimError(f"{self.bound.extracted.class_name}: all_reduce with op {op!r}; the shim maps MAX and MIN")
+            raise ShimError(f"{self.bound.extracted.class_name}: all_reduce with op {bounded_repr(op)}; the shim maps MAX and MIN")
         tensor.copy_(torch.tensor(reduced, dtype=tensor.dtype).reshape(tensor.shape))
 
     def record_vote(self, vote: bool) -> None:

@@ -31,13 +31,13 @@ from caches.upstream_decision.names import (
     UPSTREAM_CLASSES,
     self_namespaces,
 )
-from spec.errors import ConfigError
+from spec.errors import CacheError, ConfigError
 
 _BUILTINS = frozenset(dir(builtins))
 _ATTRIBUTE_LOOKUPS = frozenset({"getattr", "hasattr"})
 
 
-class ClassUnavailable(Exception):
+class ClassUnavailable(CacheError):
     """The checkout has no such file, class or method: the implementation is reported, not run."""
 
 

@@ -7,11 +7,16 @@ before anything is allocated, with errors from the one hierarchy in `caches`.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+
 import pytest
 import torch
 
 import caches
 from caches import BadTokensError, CacheArgumentError, CacheClosedError, CacheError
+from caches.registry import build
 from caches.storage import FileStorage, MemoryStorage, StorageKeyError
 
 NAMES = ("hiradix", "unified_radix", "hi_mamba_radix")
@@ -252,11 +257,64 @@ def test_one_exception_hierarchy_is_exported_from_caches():
     assert CacheFullError is caches.CacheFullError and issubclass(CopyTimeout, caches.CacheTimeoutError)
 
 
+def exception_classes_defined_under_caches() -> dict[str, type]:
+    found = {}
+    for module_info in pkgutil.walk_packages(caches.__path__, "caches."):
+        module = importlib.import_module(module_info.name)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == module.__name__:
+                found[f"{module.__name__}.{name}"] = cls
+    return found
+
+
+def test_every_exception_class_defined_under_caches_is_a_cache_error():
+    classes = exception_classes_defined_under_caches()
+    assert len(classes) >= 20, f"the walk found too few exception classes to be the whole package: {sorted(classes)}"
+    outside = sorted(name for name, cls in classes.items() if not issubclass(cls, CacheError))
+    assert outside == [], f"exception classes outside caches.CacheError: {outside}"
+    from spec.errors import ConfigError
+
+    assert issubclass(ConfigError, CacheError), "spec's ConfigError, raised by every cache's config, is not a CacheError"
+
+
+MATRIX = torch.zeros(40, 40)
+
+
+# Each takes (cache, a valid token list); a tensor argument's repr would be many lines long.
+HOSTILE = {
+    "a float tensor among the tokens": lambda cache, tokens: cache.match_prefix([*tokens[:3], torch.tensor(2.5)]),
+    "a 2-D tensor among the tokens": lambda cache, tokens: cache.match_prefix([*tokens[:3], torch.zeros(2, 2, dtype=torch.int64)]),
+    "a slot outside the pool": lambda cache, tokens: cache.read_device(torch.tensor([10**6])),
+    "float slots": lambda cache, tokens: cache.read_device(torch.zeros(50, 3)),
+    "a tensor as a count": lambda cache, tokens: cache.evict(MATRIX),
+    "a tensor as a node": lambda cache, tokens: cache.load_back(MATRIX),
+    "a tensor as request ids": lambda cache, tokens: cache.check_prefetch_progress(MATRIX),
+    "a tensor as a request id": lambda cache, tokens: cache.prefetch_from_storage(MATRIX, tokens),
+    "a tensor as an element shape": lambda cache, tokens: build(cache.name, {"storage_backend": "memory", "kv_elem_shape": MATRIX}),
+    "a page size of 0": lambda cache, tokens: build(cache.name, {"storage_backend": "memory", "page_size": 0}),
+    "an unknown cache": lambda cache, tokens: build("no_such_cache", {"storage_backend": "memory"}),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_arguments_are_one_bounded_line_of_a_cache_error(cache_factory, oracle, name, case):
+    cache = cache_factory.build(name)
+    before = cache.slot_accounting()
+    with pytest.raises(Exception) as err:
+        HOSTILE[case](cache, oracle.request(10, 1))
+    assert isinstance(err.value, CacheError), f"{type(err.value).__module__}.{type(err.value).__name__} is not a CacheError: {err.value}"
+    message = one_line(err.value)
+    assert len(message) <= 300, f"a {len(message)}-character message: {message[:200]}..."
+    if "tensor as" in case:
+        assert "shape=(40, 40)" in message, f"the tensor is not described by its shape: {message}"
+    assert cache.slot_accounting() == before
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_an_unusable_storage_path_is_refused_before_any_thread_starts(name, tmp_path):
     import threading
 
-    from caches.registry import build
     from spec.trace import TraceRecorder
 
     blocker = tmp_path / "a-file"

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import spec
+from caches.adapters import CacheSession, unified_radix_indexer_swa, unified_radix_swa
 from caches.config import CacheConfig
 from caches.unified import SlidingWindow
 from caches.unified_radix import UnifiedRadixCache
@@ -77,6 +78,17 @@ def prefetched(cache, tokens, request_id="r1") -> int:
     assert cache.prefetch_from_storage(request_id, tokens) > 0
     cache.wait_prefetch_io(request_id)
     return drive(cache, [request_id])[request_id]
+
+
+def write_nested(cache, seed: int, pages: int, more_pages: int = 2):
+    """A prefix and its extension written and backed up (the prefix ends at an inner node): (prefix, extension, data)."""
+    prefix = tokens_for(seed, pages)
+    extension = prefix + tokens_for(seed + 1, more_pages)
+    data = Oracle.data(cache, extension)
+    cache.write(prefix, data)
+    cache.write(extension, data)
+    cache.flush()
+    return prefix, extension, data
 
 
 def assert_window_bytes(loaded, data, tokens: int) -> None:
@@ -293,12 +305,7 @@ def test_a_prefetch_restores_the_windows_its_anchor_lacks(tmp_path):
     """The KV stays on the host after its window was dropped there: a prefetch starts above it and brings the window back."""
     trace = TraceRecorder(ManualClock(1000.0))
     with make_cache(tmp_path, trace=trace) as cache:
-        tokens = tokens_for(13, 3)
-        longer = tokens + tokens_for(15, 2)
-        data = Oracle.data(cache, longer)
-        cache.write(tokens, data)
-        cache.write(longer, data)
-        cache.flush()
+        tokens, longer, data = write_nested(cache, 13, 3)
         cache.evict(cache.tree.device_tokens())
         assert cache.evict_component_host("swa", WINDOW) == WINDOW  # the least recent: the inner node's window
         assert cache.tree.host_tokens() == len(longer) and served(cache, tokens) == 0 and served(cache, longer) == len(longer)
@@ -325,4 +332,25 @@ def test_load_back_brings_a_host_only_window_under_device_kv(tmp_path):
         match, loaded = load_and_read(cache, tokens)
         assert match.device_hit_tokens == len(tokens) and has(cache, tokens, DEVICE)
         assert_window_bytes(loaded, data, len(tokens))
+        Oracle.assert_exact(cache)
+
+
+# Every built-in configuration with a window pool. With mamba too, dropping a device
+# window drops the state there (the cascade): that end then serves no device match at all.
+@pytest.mark.parametrize("adapter", [unified_radix_swa(), unified_radix_indexer_swa()], ids=lambda a: a.name)
+def test_a_device_match_whose_window_is_on_the_host_only_needs_a_load_back_that_brings_it(tmp_path, adapter):
+    """F10: the window is in the tier the match is served from: the match says the host serves it, and a
+    caller loading back when the match says so (the adapter) reads the window."""
+    with make_cache(tmp_path, adapter.default_extra_pools) as cache:
+        short, long, data = write_nested(cache, 16, 2)
+        assert cache.evict_component_device("swa", 1) == WINDOW  # the least recent: the inner node's window
+        assert cache.tree.device_tokens() == len(long) and not has(cache, short, DEVICE) and has(cache, short, HOST)
+        match = cache.match_prefix(short)
+        assert (match.device_hit_tokens, match.host_hit_tokens) == (len(short), 0), "the KV is all on the device"
+        assert match.host_window_tokens == {"swa": WINDOW} and match.needs_load_back, "the match hides that its window is on the host only"
+        session = CacheSession(cache)
+        loaded = session.load_back(short)
+        assert loaded.tokens == len(short) and "swa" in loaded.data, f"F10: a {loaded.tokens}-token match was served without its window"
+        assert_window_bytes(loaded.data, data, len(short))
+        assert not cache.match_prefix(short).needs_load_back and session.match(short) == (len(short), 0)
         Oracle.assert_exact(cache)
