@@ -100,14 +100,17 @@ class MatrixRecorder:
         devices = list(harness.device_ids())
         clauses = clause_texts()
         rows, stale = harness.expectations.report(harness.expectations.matched | self.worker_matched)
+        # An implementation none of whose tests was selected (-k, -m, deselection) did not run: it is said so, not shown uncovered.
+        selected = {record.impl for record in self.records.values()}
+        deselected = [(a.name, "no test of it was selected in this run") for a in harness.adapters if a.name not in selected]
         results = ConformanceReport(
             records=list(self.records.values()),
-            pairs={adapter.name: devices for adapter in harness.adapters},
+            pairs={adapter.name: devices for adapter in harness.adapters if adapter.name in selected},
             clause_ids=list(clauses),
             expected_failures=rows,
             stale_expected_failures=stale,
             decision_entries=self.decision_entries,
-            missing=harness.missing,
+            missing=[*harness.missing, *deselected],
             device_reasons=self._device_reasons(),
             declarations=harness.declared,
         ).as_json()

@@ -81,3 +81,19 @@ def test_the_loader_rejects_a_bad_io_order_in_one_line():
     with pytest.raises(ConfigError) as err:
         check_adapter(BadOrder(), "--cache-impl x:y")
     assert "--cache-impl x:y io_order" in str(err.value) and "'concurrent'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_ack_drain_counts_its_deadline_from_the_first_check_and_waits_for_landed_kv():
+    scenario = SCENARIOS["timeout/2batches+tick"]
+    vote, drain = ScheduleModel(scenario, 1, KV_THEN_EXTRAS), ScheduleModel(scenario, 1, KV_THEN_EXTRAS, "ack_drain")
+
+    def finished(model, schedule):
+        return model.walk(schedule)[1].finished
+
+    # A tick before any check: past the vote per check's deadline, nothing on the drain's timer yet.
+    assert finished(vote, ("tick", "check")) and not finished(drain, ("tick", "check"))
+    # After the first check started the drain's timer, a tick ends the wait while KV is incomplete ...
+    assert finished(drain, ("check", "tick", "check"))
+    # ... and not once KV has landed with the extra-pool transfer pending: the drain commits when it ends.
+    assert not finished(drain, ("io", "io", "check", "tick", "check")) and finished(vote, ("io", "io", "check", "tick", "check"))
+    assert expected_schedules(scenario, 1, KV_THEN_EXTRAS, profile="ack_drain") != expected_schedules(scenario, 1, KV_THEN_EXTRAS)

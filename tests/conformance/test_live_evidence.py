@@ -1,0 +1,126 @@
+"""What a live tree's own code says, as file:line evidence: on hand-written trees shaped like the fork and like 0.5.2x.
+
+None of this is upstream's code: each file holds just the lines the
+declarations are read from, in upstream's shape. A tree whose code no longer
+says it declares nothing, so the harness judges it by the spec's defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.live.adapter import adapters_for
+from conformance.live.evidence import deployment_of, profile_of
+from conformance.live.tree import locate
+
+FORK_HIRADIX = """
+class HiRadixCache(RadixCache):
+    def can_terminate_prefetch(self, operation):
+        states = torch.tensor([1 - int(vote), int(done)])
+        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)
+        return states[0].item() == 0
+"""
+
+DRAIN_UNIFIED = """
+class UnifiedRadixCache(BasePrefixCache):
+    def _start_storage_prefetch_wait(self, operation):
+        wait = Wait()
+        wait.timer.observe(ready=False)
+
+    def _can_terminate_prefetch(self, operation):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        if self.prefetch_stop_policy == "wait_complete":
+            return False
+        return expired
+
+    def _drain_storage_control_queues_impl(self):
+        pass
+"""
+
+DRAIN_CONTROLLER = """
+class HybridCacheController(HiCacheController):
+    def _reduce_prefetch_ack(self, ack):
+        self._all_reduce(packed, torch.distributed.ReduceOp.MIN, groups)
+"""
+
+RECEIVER = """
+class RequestReceiver:
+    def recv_requests(self):
+        recv_reqs = self._pull_raw_reqs()
+        recv_reqs = self._broadcast_reqs_across_ranks(recv_reqs)
+        return recv_reqs
+"""
+
+FORK_SCHEDULER = """
+class Scheduler:
+    def _abort_on_waiting_timeout(self):
+        deadline = time.perf_counter() - timeout_s
+        for req in self.waiting_queue:
+            if 0 < req.entry_time < deadline:
+                self.tree_cache.release_aborted_request(req.rid)
+"""
+
+DRAIN_SCHEDULER = """
+class Scheduler:
+    def ingest_requests(self):
+        if self.is_first_rank:
+            local_reqs = self._poll_timeout_aborts()
+        self.process_input_requests(self.receiver.recv_requests(local_reqs))
+"""
+
+STORAGE = """
+class HiCacheFile(HiCacheStorage):
+    def __init__(self, config):
+        self.file_path = envs.SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR.get() or "/tmp/hicache"
+"""
+
+
+def tree_of(root: Path, files: dict[str, str]) -> Path:
+    package = root / "python" / "sglang"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(text)
+    return root
+
+
+def test_a_fork_shaped_tree_declares_the_vote_per_check_and_a_rank_local_abort_clock(tmp_path):
+    root = tree_of(tmp_path, {"srt/mem_cache/hiradix_cache.py": FORK_HIRADIX, "srt/managers/scheduler.py": FORK_SCHEDULER,
+                              "srt/managers/scheduler_components/request_receiver.py": RECEIVER,
+                              "srt/mem_cache/hicache_storage.py": STORAGE})
+    tree = locate(str(root))
+    profile, evidence = profile_of(tree, "HiRadixCache")
+    assert profile == "vote_per_check"
+    assert evidence[0].startswith("python/sglang/srt/mem_cache/hiradix_cache.py:3: HiRadixCache.can_terminate_prefetch casts")
+    assert evidence[1].startswith("python/sglang/srt/mem_cache/hiradix_cache.py:5: one MAX all-reduce")
+    deployment = deployment_of(tree)
+    assert deployment["abort_on_one_rank"][0] is False
+    assert deployment["abort_on_one_rank"][1][0].startswith("python/sglang/srt/managers/scheduler_components/request_receiver.py:5:")
+    produced, why = deployment["rank_local_abort_clock"]
+    assert produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:4:") and why[1].startswith("python/sglang/srt/managers/scheduler.py:7:")
+    assert deployment["shared_storage_across_configs"][0] is True
+    (adapter,) = adapters_for(tree)
+    assert (adapter.profile, adapter.deployment) == (profile, deployment)
+
+
+def test_a_drain_shaped_tree_declares_the_ack_drain_and_agreed_aborts(tmp_path):
+    root = tree_of(tmp_path, {"srt/mem_cache/unified_radix_cache.py": DRAIN_UNIFIED,
+                              "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py": DRAIN_CONTROLLER,
+                              "srt/managers/scheduler.py": DRAIN_SCHEDULER, "srt/mem_cache/hicache_storage.py": STORAGE})
+    tree = locate(str(root))
+    profile, evidence = profile_of(tree, "UnifiedRadixCache")
+    assert profile == "ack_drain" and len(evidence) == 4
+    assert evidence[0].startswith("python/sglang/srt/mem_cache/unified_radix_cache.py:11: UnifiedRadixCache._can_terminate_prefetch never votes yes")
+    produced, why = deployment_of(tree)["rank_local_abort_clock"]
+    assert not produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:5: timeout aborts are polled on one rank")
+
+
+def test_a_tree_whose_code_no_longer_says_so_declares_nothing(tmp_path):
+    # The vote is still there but no longer reduced; no scheduler, no file backend: nothing is claimed.
+    refactored = FORK_HIRADIX.replace("        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)\n", "")
+    root = tree_of(tmp_path, {"srt/mem_cache/hiradix_cache.py": refactored})
+    tree = locate(str(root))
+    assert profile_of(tree, "HiRadixCache") == (None, ())
+    assert deployment_of(tree) == {}
+    (adapter,) = adapters_for(tree)
+    assert adapter.profile is None and adapter.deployment == {}
