@@ -45,6 +45,9 @@ class {cls}:
         self.reducer = reducer
         self.timeout_base, self.timeout_per_ki, self.timeout_max = 2.0, 0.1, 30.0
 
+    def start_prefetch(self, request, host_indices, pool_transfers):
+        return self.controller.prefetch(request, host_indices, extra_pools=pool_transfers)
+
     def _timeout(self, {op}):
         tokens = len({op}.hash_value) * self.page_size
         return min(self.timeout_max, self.timeout_base + self.timeout_per_ki * tokens / 1024)
@@ -72,7 +75,7 @@ GUARDS = (
     '        if {pred} and getattr({op}, "pool_transfers", None) and not getattr({op}, "pool_transfers_done", True):\n'
     "            {pred} = False",
     "        if {pred} and {op}.pool_transfers and not {op}.pool_transfers_done:\n            {pred} = False",
-    "        # this implementation predates extra pools",
+    "        # the guard was dropped here",
 )
 
 

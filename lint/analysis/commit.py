@@ -55,6 +55,8 @@ class CommitPath:
     checks_done: bool  # some commit method (or helper it calls) reads pool_transfers_done
     unguarded: list[SidecarUse] = field(default_factory=list)
     def_lines: dict[str, int] = field(default_factory=dict)
+    # (first line with decorators, def line, end line, column) of each commit method: its suppression comments
+    spans: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 def _nested(func: FunctionNode) -> dict[str, FunctionNode]:
@@ -386,5 +388,8 @@ def analyze_commit(index: ClassIndex, commit: Iterable[str], fields: Iterable[st
                       any(reads_done(f) for f in walk.reached.values()))
     path.unguarded = sorted(walk.uses.values(), key=lambda u: (u.line, u.col))
     for name in found:
-        path.def_lines[name] = index.methods[name].lineno
+        func = index.methods[name]
+        path.def_lines[name] = func.lineno
+        first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+        path.spans[name] = (first, func.lineno, func.end_lineno or func.lineno, func.col_offset)
     return path

@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
-from lint.analysis.roles import DONE
+from lint.protocol import DONE
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Signals:
 
     io_ended: frozenset[str]  # attributes (or methods) true once the operation's IO ended
     allocation: frozenset[str]  # fields holding an operation's allocated hit (None before)
+    pools_ended: frozenset[str] = frozenset()  # attributes (or methods) true once every pool transfer ended
 
     def facts(self, expr: ast.AST, holds: bool, aliases: Mapping[str, ast.expr],
               is_sidecar: Callable[[ast.AST], bool]) -> dict[str, bool]:

@@ -26,6 +26,7 @@ from lint.cstutil import (
     policy_test,
     reads_completion,
 )
+from lint.protocol import COMPLETION, OTHER_LOCAL, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 from lint.unit import ParsedMethod
 
 
@@ -36,12 +37,6 @@ class Problem:
     line: int
 
 
-# What a guard forces to "no" and what its condition reads decide its shape.
-COMPLETION = "completion"  # forces the completion predicate: the spec's form (D3)
-VOTE_FORCING = "vote-forcing"  # forces the vote, conditioned on completion: upstream's form
-VOTE_KEYED = "vote-keyed"  # forces the vote, conditioned on the vote itself
-TRANSFERS_ONLY = "transfers-only"  # forces the vote on the transfer state alone
-OTHER_LOCAL = "other-local"  # forces some other local
 
 
 @dataclass

@@ -29,8 +29,7 @@ from lint.cstutil import (
     reads_completion,
     string_value,
 )
-
-DONE = "pool_transfers_done"
+from lint.protocol import DONE
 
 
 @dataclass(frozen=True)

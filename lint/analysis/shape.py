@@ -16,11 +16,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from lint.analysis.body import Body, covered, single_target
-from lint.analysis.guard import COMPLETION, PLACEMENT_LABELS, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED, Guard
+from lint.analysis.guard import PLACEMENT_LABELS, Guard
 from lint.analysis.reduce import ReduceSite
 from lint.analysis.roles import Roles
 from lint.cstutil import POLICIES, attributes_named, names_read, one_minus, or_operands, policy_test, strip_casts, walk
 from lint.locate import ClassIndex, ast_has_min_cap
+from lint.protocol import COMPLETION, FEATURE_NAMES, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 
 _BUILTINS = frozenset(dir(builtins))
 
@@ -30,16 +31,6 @@ KEY_LABELS = {
     VOTE_KEYED: "the vote",
     TRANSFERS_ONLY: "transfer state only",
 }
-FEATURE_NAMES = (
-    "policies",
-    "guard",
-    "guard-key",
-    "guard-placement",
-    "combine",
-    "reduce-op",
-    "reduce-payload",
-    "timeout-cap",
-)
 
 
 @dataclass

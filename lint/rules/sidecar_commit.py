@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from lint.analysis import MethodAnalysis
 from lint.findings import Finding
 from lint.rules.base import EXAMPLE_PATH, Invalid, MethodRule, Table, Valid
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 # Hand-written in the shape of SGLang's 0.5.2x UnifiedRadixCache (no HiRadixCache
 # there): the decision votes only the timeout; check_prefetch_progress terminates
@@ -153,7 +155,7 @@ class SidecarCommitGuard(MethodRule):
                 line=18, config=FINAL_ACK_CONFIG),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         path = method.commit
         if path is None or not path.methods:
             return
@@ -172,6 +174,6 @@ class SidecarCommitGuard(MethodRule):
                 method, cls, use.method, use.line, use.col,
                 f"{cls}.{use.method}{through} commits or releases sidecar results ('{use.what}') {use.why}")
 
-    def _finding(self, method: MethodAnalysis, cls: str, name: str, line: int, col: int, message: str) -> Finding:
+    def _finding(self, method: "MethodAnalysis", cls: str, name: str, line: int, col: int, message: str) -> Finding:
         assert method.commit is not None
         return Finding(method.path, line, col, self.code, message, f"{cls}.{name}", method.commit.def_lines[name])

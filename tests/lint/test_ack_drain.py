@@ -18,7 +18,7 @@ def commit_entry(extra: str = "") -> str:
 
 
 COMMIT_ENTRY = commit_entry()
-DECISION_ENTRY = '"unified.py::UnifiedRadixCache._can_terminate_prefetch"'
+DECISION_ENTRY = '{method = "unified.py::UnifiedRadixCache._can_terminate_prefetch", guard = "decision"}'
 
 HANDLE_GATE = (
     "        if operation.pool_transfers_done:\n"
@@ -116,13 +116,13 @@ def changed(old: str, new: str) -> str:
 def test_the_sample_is_clean_when_the_check_is_configured_in_the_commit_path(checkout, run_cli):
     for args in (["--repo"], ["unified.py"]):
         proc = run_cli(*args, cwd=checkout())
-        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), args
+        assert (proc.returncode, proc.stdout, proc.errors) == (0, "", ""), args
 
 
 @pytest.mark.parametrize("case, old, new", VALID, ids=[v[0] for v in VALID])
 def test_other_correct_spellings_are_clean(checkout, run_cli, case, old, new):
     proc = run_cli("--repo", cwd=checkout(text=changed(old, new)))
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), case
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", ""), case
 
 
 @pytest.mark.parametrize("case, old, new, line, message", INVALID, ids=[v[0] for v in INVALID])
@@ -148,15 +148,22 @@ def test_the_final_ack_and_the_allocation_are_configured_names(checkout, run_cli
     assert finding.startswith("unified.py:113:") and "(through revoke_pending_prefetch, called at line " in finding
 
 
-def test_without_the_configuration_the_decision_method_is_judged_as_if_it_held_the_guard(checkout, run_cli):
+def test_the_architecture_is_recognized_without_configuration(checkout, run_cli):
     # configured as a plain decision method, the timeout-only vote has no guard: the
-    # configuration is what makes the verdict true for this shape
+    # configuration decides, and is what makes that verdict
     proc = run_cli("--repo", cwd=checkout(DECISION_ENTRY))
     assert codes(proc) == ["HC101"] and proc.returncode == 1
-    # nothing configured: nothing named can_terminate_prefetch, nothing said
+    # nothing configured: a decision that never reads completion, in a class with the
+    # ACK drain's commit methods, is checked there (HC108), and the sample is clean
     plain = checkout()
     (plain / "pyproject.toml").unlink()
-    assert run_cli("unified.py", cwd=plain).stdout == ""
+    proc = run_cli("unified.py", cwd=plain)
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
+    assert proc.summary.startswith("hicache-lint: 1 method checked in 1 of 1 file: 0 errors")
+    ungated = changed(HANDLE_GATE, HANDLE_UNGATED)
+    (plain / "unified.py").write_text(ungated)
+    proc = run_cli("unified.py", cwd=plain)
+    assert codes(proc) == ["HC108"] and proc.returncode == 1
 
 
 def test_a_suppression_on_the_commit_method_silences_it(checkout, run_cli):
@@ -172,6 +179,6 @@ def test_a_missing_commit_method_is_a_configuration_error(checkout, run_cli):
     entry = COMMIT_ENTRY.replace("_drain_storage_control_queues", "_drain_queues")
     proc = run_cli("--repo", cwd=checkout(entry))
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
+    assert proc.errors.splitlines() == [
         "unified.py: error: implementation 'unified.py::UnifiedRadixCache._can_terminate_prefetch': "
         "class UnifiedRadixCache has no commit method _drain_queues"]

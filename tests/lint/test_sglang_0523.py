@@ -59,7 +59,7 @@ def lint(run_cli, tmp_path: Path, text: str):
 
 def test_the_unmodified_file_is_clean(upstream_source, run_cli, tmp_path):
     proc = lint(run_cli, tmp_path, upstream_source)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
 
 
 @pytest.mark.parametrize("check", list(CHECKS))
