@@ -37,6 +37,13 @@ FINAL_ACK_CALL = (
     "                    operation.host_indices[operation.completed_tokens :],\n"
     "                    operation.pool_transfers if not operation.pool_transfers_done else None,\n"
     "                )\n")
+POOL_ACK = ("                if ack.pool_hits is not None and current:\n"
+            "                    operation.pool_hit_pages.update(ack.pool_hits)\n"
+            "                    operation.pool_transfers_done = True\n")
+ABORT_RETIRE = ("        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+                "        self._retire(\n"
+                "            request,\n"
+                "            pending.host_indices[:completed_tokens],\n" + ABORT_RELEASE + "        )\n")
 ABORT_CALL = (
     "        self._retire(\n"
     "            request,\n"
@@ -63,6 +70,26 @@ INVALID = [
      "        if pending.operation.is_terminated():\n", 113,
      "UnifiedRadixCache.release_aborted_request (through revoke_pending_prefetch, called at line 98) commits or releases sidecar "
      "results ('comp_xfers') outside"),
+    ("the drain sets the flag on every ACK, not only once the pool get's hits arrived", POOL_ACK,
+     "                operation.pool_transfers_done = True\n"
+     "                if ack.pool_hits is not None and current:\n"
+     "                    operation.pool_hit_pages.update(ack.pool_hits)\n", 156,
+     "UnifiedRadixCache._drain_storage_control_queues (through drain_prefetch_acks, called at line 169) sets "
+     "pool_transfers_done to True where no test shows that every pool transfer has ended"),
+    ("the drain sets the flag with the KV progress", POOL_ACK,
+     "                if ack.completed_tokens is not None and current:\n"
+     "                    operation.pool_transfers_done = True\n", 157, "sets pool_transfers_done to True"),
+    ("the abort takes comp_xfers by unpacking the record, and releases it unchecked", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        *_, comp_xfers = pending\n"
+     "        self._retire(request, pending.host_indices[:completed_tokens],\n"
+     "                     [t for group in comp_xfers.values() for t in group])\n", 103,
+     "UnifiedRadixCache.release_aborted_request commits or releases sidecar results ('comp_xfers') outside"),
+    ("the abort unpacks the record by position, and releases it unchecked", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        operation, anchor, host_indices, comp_xfers = pending\n"
+     "        self._retire(request, host_indices[:completed_tokens], [t for group in comp_xfers.values() for t in group])\n",
+     102, "('comp_xfers') outside"),
     ("the drain revokes after the allocation started a read", PARK_OR_RUN,
      PARK_OR_RUN + "                elif operation.is_terminated():\n"
                    "                    self.revoke_pending_prefetch(operation.request)\n", 113,
@@ -70,6 +97,16 @@ INVALID = [
 ]
 
 VALID = [
+    ("the abort unpacks the record and keeps the check", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        *_, comp_xfers = pending\n"
+     "        owned = [t for group in comp_xfers.values() for t in group]\n"
+     "        self._retire(request, pending.host_indices[:completed_tokens],\n"
+     "                     owned if pending.operation.pool_transfers_done else None)\n"),
+    ("the flag is set once the pool hits are in, tested for truth", POOL_ACK,
+     "                if ack.pool_hits and current:\n"
+     "                    operation.pool_hit_pages.update(ack.pool_hits)\n"
+     "                    setattr(operation, \"pool_transfers_done\", True)\n"),
     ("the final ACK's release as an if statement", FINAL_ACK_CALL,
      "                if not operation.pool_transfers_done:\n"
      "                    controller.release_host(operation.host_indices[operation.completed_tokens :],\n"
