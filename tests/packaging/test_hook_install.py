@@ -37,7 +37,19 @@ class MyCache:
         states = [1 - int(can_terminate), int(operation.is_terminated())]
         self.group.all_reduce(states)
         return states[0] == 0 or states[1] == 1
+
+    def start_prefetch(self, request, host_indices, pool_transfers):
+        return self.controller.prefetch(request, host_indices, extra_pools=pool_transfers)
 '''
+
+
+CONTROLLER = """class PrefetchOperation:
+    def __init__(self, request_id, host_indices, pool_transfers=None):
+        self.request_id = request_id
+        self.host_indices = host_indices
+        self.pool_transfers = pool_transfers
+        self.pool_transfers_done = not pool_transfers
+"""
 
 
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -60,6 +72,7 @@ def user_repo(tmp_path_factory) -> tuple[Path, dict]:
     git(user, "init", "-q")
     (user / "pyproject.toml").write_text('[tool.hicache-lint]\nimplementations = ["cache.py::MyCache.can_terminate_prefetch"]\n')
     (user / "cache.py").write_text(GUARDED)
+    (user / "operation.py").write_text(CONTROLLER)  # where the completion flag is defined
     (user / ".pre-commit-config.yaml").write_text(
         f"repos:\n  - repo: {clone}\n    rev: {rev}\n    hooks:\n      - id: hicache-lint-repo\n")
     env = {**os.environ, "PRE_COMMIT_HOME": str(base / "pre-commit-home"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -94,13 +107,6 @@ SAMPLES = REPO / "tests" / "lint" / "samples" / "upstream"
 MEM_CACHE = Path("python", "sglang", "srt", "mem_cache")
 SGLANG_FILES = {"hiradix_cache.py": "hiradix_fixed.py.txt", "unified_radix_cache.py": "unified_radix.py.txt",
                 "hi_mamba_radix_cache.py": "hi_mamba_radix.py.txt"}
-CONTROLLER = """class PrefetchOperation:
-    def __init__(self, request_id, host_indices, pool_transfers=None):
-        self.request_id = request_id
-        self.host_indices = host_indices
-        self.pool_transfers = pool_transfers
-        self.pool_transfers_done = not pool_transfers
-"""
 HIRADIX_GUARD = ('        if (\n            completed\n            and getattr(operation, "pool_transfers", None)\n'
                  '            and not getattr(operation, "pool_transfers_done", True)\n        ):\n'
                  '            can_terminate = False\n')
