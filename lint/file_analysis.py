@@ -82,6 +82,6 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: O
                               frozenset(impl.pools_ended))
             method.commit = analyze_commit(site.index, impl.commit, impl.sidecar_fields, signals)
         else:
-            method.pools = class_pools.find(source.tree, where, site.class_qualname, skip=site.method)
+            method.pools = class_pools.find(source.tree, source.lines, where, site.class_qualname, skip=site.method)
         methods.append(method)
     return FileAnalysis(source, methods, path)

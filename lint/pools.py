@@ -58,9 +58,13 @@ def _pool_name(name: str, fields: tuple[str, ...]) -> bool:
     return DONE not in name and any(f in name for f in fields)
 
 
-def _in_body(nodes: Iterable[ast.AST], fields: tuple[str, ...]) -> Optional[tuple[int, str]]:
+def _in_body(nodes: Iterable[ast.AST], fields: tuple[str, ...], lines: list[str]) -> Optional[tuple[int, str]]:
     best: Optional[tuple[int, str]] = None
     for node in nodes:
+        start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or len(lines)
+        text = "".join(lines[start - 1:end])
+        if not any(f in text for f in fields):
+            continue  # walking a long class costs; its text says first whether a walk can find anything
         for name, verb, line in _mentions(node):
             if _pool_name(name, fields) and (best is None or line < best[0]):
                 best = (line, f"{verb} '{name}'")
@@ -92,60 +96,55 @@ class ClassPools:
 
     fields: tuple[str, ...]
     display: Callable[[Path], str]  # as the run shows paths
-    trees: dict[Path, Optional[ast.Module]] = field(default_factory=dict)
     cache: dict[tuple[Path, str], Optional[Evidence]] = field(default_factory=dict)
 
-    def _tree(self, path: Path) -> Optional[ast.Module]:
-        if path not in self.trees:
-            try:
-                self.trees[path] = ast.parse(path.read_bytes())
-            except (OSError, SyntaxError, ValueError, RecursionError):
-                self.trees[path] = None
-        return self.trees[path]
-
-    def find(self, tree: ast.Module, path: Path, qualname: str, skip: str = "", depth: int = 0) -> Optional[Evidence]:
+    def find(self, tree: ast.Module, lines: list[str], path: Path, qualname: str, skip: str = "",
+             depth: int = 0) -> Optional[Evidence]:
         """Evidence in `qualname`; `skip`: a method whose own lines are looked at last (the decision)."""
         key = (path, qualname)
         if key in self.cache:
             return self.cache[key]
         self.cache[key] = None  # a cycle of bases finds nothing more
         cls = _class(tree, qualname)
-        found = None if cls is None else self._in_class(tree, path, cls, skip, depth)
+        found = None if cls is None else self._in_class(tree, lines, path, cls, skip, depth)
         self.cache[key] = found
         return found
 
-    def _in_class(self, tree: ast.Module, path: Path, cls: ast.ClassDef, skip: str,
+    def _in_class(self, tree: ast.Module, lines: list[str], path: Path, cls: ast.ClassDef, skip: str,
                   depth: int) -> Optional[Evidence]:
         others = [n for n in cls.body if getattr(n, "name", None) != skip]
-        own = _in_body(others, self.fields) or _in_body([n for n in cls.body if n not in others], self.fields)
+        own = (_in_body(others, self.fields, lines)
+               or _in_body([n for n in cls.body if n not in others], self.fields, lines))
         here = "" if depth == 0 else self.display(path)
         if own is not None:
             return Evidence(here, own[0], own[1])
         functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         called = {c.func.id for c in ast.walk(cls) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-        helper = _in_body([functions[n] for n in sorted(called & set(functions))], self.fields)
+        helper = _in_body([functions[n] for n in sorted(called & set(functions))], self.fields, lines)
         if helper is not None:
             return Evidence(here, helper[0], f"{helper[1]} (in a module function the class calls)")
         if depth >= 4:
             return None
         for base in cls.bases:
-            found = self._in_base(tree, path, base, depth)
+            found = self._in_base(tree, lines, path, base, depth)
             if found is not None:
                 return found
         return None
 
-    def _in_base(self, tree: ast.Module, path: Path, base: ast.expr, depth: int) -> Optional[Evidence]:
+    def _in_base(self, tree: ast.Module, lines: list[str], path: Path, base: ast.expr,
+                 depth: int) -> Optional[Evidence]:
         if isinstance(base, ast.Name) and _class(tree, base.id) is not None:
-            return self.find(tree, path, base.id, depth=depth + 1)
+            return self.find(tree, lines, path, base.id, depth=depth + 1)
         target = _imported(tree, base)
-        if target is None:
+        file = _module_file(path.parent, target[0], target[1]) if target is not None else None
+        if target is None or file is None:
             return None
-        module, level, name = target
-        file = _module_file(path.parent, module, level)
-        other = self._tree(file) if file is not None else None
-        if other is None or file is None:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+            other = ast.parse(text)
+        except (OSError, SyntaxError, ValueError, RecursionError):
             return None
-        return self.find(other, file, name, depth=depth + 1)
+        return self.find(other, text.splitlines(keepends=True), file, target[2], depth=depth + 1)
 
 
 def _class(tree: ast.Module, qualname: str) -> Optional[ast.ClassDef]:
