@@ -42,9 +42,11 @@ def test_defaults_know_both_upstream_architectures():
 def test_this_repository_lists_the_three_implementations():
     config = config_mod.load_file(REPO / "pyproject.toml")
     assert config.implementations == (
-        Implementation("caches/hiradix.py", "HiRadixCache", "can_terminate_prefetch", fenced=True),
-        Implementation("caches/unified_radix.py", "UnifiedRadixCache", "can_terminate_prefetch", fenced=True),
-        Implementation("caches/hi_mamba_radix.py", "HiMambaRadixCache", "can_terminate_prefetch", fenced=True),
+        Implementation("caches/hiradix.py", "HiRadixCache", "can_terminate_prefetch", fenced=True, extra_pools=True),
+        Implementation("caches/unified_radix.py", "UnifiedRadixCache", "can_terminate_prefetch", fenced=True,
+                       extra_pools=True),
+        Implementation("caches/hi_mamba_radix.py", "HiMambaRadixCache", "can_terminate_prefetch", fenced=True,
+                       extra_pools=True),
     )
     assert config.root == REPO
 
