@@ -161,8 +161,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.write_baseline is not None and not result.errors:
         print(f"hicache-lint: wrote {plural(result.baselined, 'finding')} to the baseline {args.write_baseline}",
               file=sys.stderr)
-    elif not args.quiet and args.format == "text":
-        print(result.summary(), file=sys.stderr)  # stdout holds findings only, one per line
+    elif not args.quiet and args.format == "text" and (result.methods or result.errors or result.findings):
+        # stdout holds findings only, one per line; files with no candidate (a hook's staged files) say nothing
+        print(result.summary(), file=sys.stderr)
     sys.stdout.flush()
     return result.exit_code
 

@@ -139,4 +139,4 @@ def test_a_run_that_checks_nothing_says_so(tmp_path, run_cli):
     # files named one by one, as pre-commit passes them, may hold no candidate: quiet
     (tmp_path / "util.py").write_text("def f():\n    return 1\n")
     proc = run_cli("util.py", cwd=tmp_path)
-    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
