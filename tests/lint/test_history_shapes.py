@@ -103,3 +103,25 @@ def test_the_ack_drain_is_checked_in_its_commit_path_with_no_configuration(tmp_p
     proc = run_cli("unified_radix_cache.py", cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
     assert proc.summary.startswith("hicache-lint: 1 method checked in 1 of 1 file: 0 errors"), proc.summary
+
+
+def test_the_output_does_not_depend_on_hash_seed_or_file_order(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = checkout(tmp_path, PREFIX, "controller_pools_after_kv.py.txt")
+    names = []
+    for sample in ("unified_radix", "hi_mamba_radix"):
+        target = CACHE.with_name(f"{sample}_cache.py")
+        shutil.copy(SAMPLES / "upstream" / f"{sample}.py.txt", root / target)
+        names.append(str(target))
+    outputs = set()
+    for seed, order in (("0", [str(CACHE), *names]), ("1", [*reversed(names), str(CACHE)]),
+                        ("4242", [names[1], str(CACHE), names[0]])):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        proc = subprocess.run([sys.executable, "-m", "lint", *order], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=120)
+        outputs.add(proc.stdout)
+    (output,) = outputs
+    assert [line.split()[1] for line in output.splitlines()] == ["HC107", "HC101", "HC104", "HC107"]
