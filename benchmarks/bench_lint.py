@@ -1,18 +1,24 @@
-"""Benchmark: hicache-lint against Fixit 2 running an equivalent "guard missing" rule.
+"""Benchmark: hicache-lint against the stdlib parse floor and Fixit 2, in one run.
 
-    python benchmarks/bench_lint.py [--files N] [--keep DIR] [--repeat K] [--skip-fixit] [--fixit-serial]
+    python benchmarks/bench_lint.py [--checkout DIR] [--processes-only] [--files N] [--keep DIR]
+                                    [--repeat K] [--skip-fixit] [--fixit-serial]
 
-Generates a tree of Python files (mostly unrelated code, some cache classes, a
-few of them without the guard) in a temporary directory, then times, on that
-same tree in this same run:
+1. Whole processes (interpreter start and imports included), each the median of
+   --repeat runs, interleaved: on the guard-bearing files (every .py file under
+   the checkout's python/ that mentions `pool_transfers`; at SGLang 9e9fde147
+   there are 8) and on a 120-file tree of them (copies in a temporary folder;
+   without --checkout, generated cache modules stand in), it times
+     * the floor: a process that imports libcst and `ast.parse`s the same files,
+     * `python -m lint FILES` (text output), and `python -m lint --version`,
+     * Fixit 2's CLI with benchmarks/fixit_rules/guard_missing.py as its only rule,
+   and prints ours / floor and fixit / ours.
+2. A generated tree (mostly unrelated code, some cache classes, a few without
+   the guard): hicache-lint in process (lint.api.lint_paths) and as a CLI,
+   Fixit 2 in process (its default process pool; serial too with
+   --fixit-serial) and as a CLI; checks both report the same guard-less
+   methods; prints files/s, lines/s and the throughput ratio ours / fixit.
 
-  * hicache-lint in process (lint.api.lint_paths) and as a CLI (python -m lint),
-  * Fixit 2 in process (fixit.api.fixit_paths, its default process pool; serial
-    too with --fixit-serial) and as a CLI,
-    with benchmarks/fixit_rules/guard_missing.py as its only rule,
-
-checks that both report the same guard-less methods, and prints files/s,
-lines/s and the throughput ratio ours / fixit.
+The checkout is only read; nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +51,9 @@ class {cls}:
         self.tp_group = tp_group
         self.reducer = reducer
         self.timeout_base, self.timeout_per_ki, self.timeout_max = 2.0, 0.1, 30.0
+
+    def start_prefetch(self, request, host_indices, pool_transfers):
+        return self.controller.prefetch(request, host_indices, extra_pools=pool_transfers)
 
     def _timeout(self, {op}):
         tokens = len({op}.hash_value) * self.page_size
@@ -72,7 +82,7 @@ GUARDS = (
     '        if {pred} and getattr({op}, "pool_transfers", None) and not getattr({op}, "pool_transfers_done", True):\n'
     "            {pred} = False",
     "        if {pred} and {op}.pool_transfers and not {op}.pool_transfers_done:\n            {pred} = False",
-    "        # this implementation predates extra pools",
+    "        # the guard was dropped here",
 )
 
 
@@ -170,7 +180,7 @@ def run_ours_api(tree: Path):
     from lint.api import lint_paths
     from lint.config import Config
 
-    result = lint_paths([tree], Config(root=tree))
+    result = lint_paths([tree], Config(root=tree), allow_empty=True)
     return {(str(Path(f.path).resolve()), f.line) for f in result.findings if f.code == "HC101"}
 
 
@@ -206,8 +216,90 @@ def run_fixit_cli(tree: Path):
     return proc.stdout.count("GuardMissing")
 
 
+FLOOR = "import libcst, ast, sys\nfor f in sys.argv[1:]:\n    ast.parse(open(f, 'rb').read())\n"
+
+
+def guard_bearing(checkout: Path) -> list[Path]:
+    base = checkout / "python" if (checkout / "python").is_dir() else checkout
+    return sorted(p for p in base.rglob("*.py") if b"pool_transfers" in p.read_bytes())
+
+
+def generated_guard_bearing(folder: Path, count: int, seed: int = 20240601) -> list[Path]:
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = folder / f"cache_{i:04d}.py"
+        path.write_text(cache_module(rng, i, i % 2))  # every one guarded (upstream's two spellings)
+        paths.append(path)
+    return paths
+
+
+def copied_tree(files: list[Path], folder: Path, count: int) -> list[Path]:
+    paths = []
+    for i in range(count):
+        target = folder / f"pkg{i // len(files):02d}" / files[i % len(files)].name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(files[i % len(files)], target)
+        paths.append(target)
+    return paths
+
+
+def process_seconds(command: list[str], cwd: Path) -> float:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    seconds = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{command[:4]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return seconds
+
+
+def compare_processes(label: str, files: list[Path], repeat: int, fixit: bool) -> None:
+    names = [str(f) for f in files]
+    commands = {
+        "floor: import libcst, ast.parse": [sys.executable, "-c", FLOOR, *names],
+        "hicache-lint FILES": [sys.executable, "-m", "lint", *names],
+        "hicache-lint --version": [sys.executable, "-m", "lint", "--version"],
+    }
+    runs: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeat):  # interleaved, so that a busy moment falls on every command alike
+        for name, command in commands.items():
+            runs[name].append(process_seconds(command, REPO))
+    median = {name: statistics.median(values) for name, values in runs.items()}
+    if fixit:
+        fixit_command = [sys.executable, "-m", "fixit", "--rules", ".guard_missing", "lint", *names]
+        median["fixit 2 CLI (guard_missing rule)"] = process_seconds(fixit_command, FIXIT_RULES)
+    lines = sum(f.read_bytes().count(b"\n") for f in files)
+    print(f"\n{label}: {len(files)} files, {lines} lines; whole processes, median of {repeat}")
+    width = max(len(name) for name in median)
+    for name, seconds in median.items():
+        print(f"  {name:<{width}}  {seconds:7.3f} s")
+    ours, floor = median["hicache-lint FILES"], median["floor: import libcst, ast.parse"]
+    print(f"  ours / floor: {ours / floor:.2f}x (goal <= 1.5x)")
+    if fixit:
+        print(f"  fixit / ours: {median['fixit 2 CLI (guard_missing rule)'] / ours:.1f}x")
+
+
+def processes(args: argparse.Namespace, workdir: Path) -> None:
+    if args.checkout is not None:
+        files = guard_bearing(args.checkout)
+        if not files:
+            raise SystemExit(f"--checkout {args.checkout}: no .py file mentions pool_transfers there")
+        source = f"guard-bearing files of {args.checkout}"
+        tree = copied_tree(files, workdir / "copies", 120)
+    else:
+        files = generated_guard_bearing(workdir / "eight", 8)
+        source = "8 generated guard-bearing cache modules (pass --checkout for SGLang's own)"
+        tree = generated_guard_bearing(workdir / "tree120", 120)
+    compare_processes(source, files, args.repeat, not args.skip_fixit)
+    compare_processes("a 120-file tree of them", tree, args.repeat, not args.skip_fixit)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkout", type=Path, help="an SGLang checkout (or its python/ folder), only read")
+    parser.add_argument("--processes-only", action="store_true", help="skip the generated-tree section")
     parser.add_argument("--files", type=int, default=1100)
     parser.add_argument("--repeat", type=int, default=3, help="runs of our linter (best is kept)")
     parser.add_argument("--keep", type=Path, help="generate into this directory and keep it")
@@ -218,9 +310,14 @@ def main(argv=None) -> int:
 
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench_lint_"))
     tree = workdir / "tree"
-    if tree.exists():
-        shutil.rmtree(tree)
+    for folder in (tree, workdir / "copies", workdir / "eight", workdir / "tree120"):
+        shutil.rmtree(folder, ignore_errors=True)
     try:
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}")
+        processes(args, workdir)
+        if args.processes_only:
+            return 0
+        print()
         info = generate_tree(tree, args.files)
         print(f"tree: {info['files']} files, {info['lines']} lines, {info['caches']} cache classes, "
               f"{len(info['guardless'])} without the guard; {os.cpu_count()} CPUs")

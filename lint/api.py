@@ -1,50 +1,71 @@
-"""Library entry points: lint paths, the configured implementations, or a string."""
+"""Library entry points: lint paths, the configured implementations (or the project), or a string."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
-from lint.analysis import MethodAnalysis
 from lint.config import Config
-from lint.engine import FileAnalysis, Linter, Result, analyze
+from lint.engine import Linter, ignores_for
 from lint.findings import FileError
 from lint.locate import MethodSite, find_method, find_methods
+from lint.result import Result, plural
+from lint.selection import Selection
 from lint.source import Candidate, discover, display_path, explicit_problem, load
 
-__all__ = ["FileAnalysis", "Linter", "Result", "fix_source", "lint_paths", "lint_repo", "lint_source"]
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
+
+__all__ = ["Linter", "Result", "fix_source", "lint_paths", "lint_repo", "lint_source"]
+
+
+def nothing_checked(result: Result, where: str, names: frozenset[str]) -> None:
+    """A folder or project run that checked no method says so: the configuration (or the path) is wrong."""
+    if result.methods == 0 and not result.errors:
+        result.errors.append(FileError(where, (
+            f"no method named {', '.join(sorted(names))} found in {plural(result.files_seen, 'Python file')}; check the path and [tool.hicache-lint] methods, "
+            f"or pass --allow-empty")))
 
 
 def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = None, *,
                fix: bool = False, skip_empty: bool = False, diff: bool = False,
-               fixability: bool = False) -> Result:
-    """Lint files and directories (recursed for *.py).
+               fixability: bool = False, selection: Optional[Selection] = None,
+               allow_empty: bool = False) -> Result:
+    """Lint files and directories (recursed for *.py, without the excluded and git-ignored).
 
     fix: write fixes; diff: compute them as a unified diff and write nothing;
     skip_empty: skip empty files named explicitly instead of reporting them;
     fixability: mark each finding fixable or not (a re-lint of each planned fix).
+    A run given a directory that checks no method reports it (exit 2) unless allow_empty;
+    files named one by one (as pre-commit passes them) may hold none.
     """
-    linter = Linter(config or Config(), fix=fix, skip_empty=skip_empty, diff=diff, fixability=fixability)
-    candidates, errors = discover(str(p) for p in paths)
+    config = config or Config()
+    linter = Linter(config, fix=fix, skip_empty=skip_empty, diff=diff, fixability=fixability, selection=selection)
+    names = [str(p) for p in paths]
+    start = next((Path(p) for p in names if Path(p).is_dir()), None)
+    candidates, errors = discover(names, ignores_for(config, start) if start is not None else None)
     linter.result.errors.extend(errors)
     for candidate in candidates:
         linter.lint_candidate(candidate)
-    return linter.finish()
+    result = linter.finish()
+    if start is not None and not allow_empty:
+        nothing_checked(result, display_path(start), linter.method_names)
+    return result
 
 
-def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixability: bool = False) -> Result:
-    """Lint the configured implementations; drift is compared among them only."""
-    linter = Linter(config, fix=fix, diff=diff, fixability=fixability)
-    where = display_path(config.source) if config.source else "pyproject.toml"
+def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixability: bool = False,
+              selection: Optional[Selection] = None, allow_empty: bool = False) -> Result:
+    """Lint the configured implementations (drift compared among them only); with
+    none configured, every candidate method under the configuration's folder."""
     if not config.implementations:
-        linter.result.errors.append(FileError(
-            where, "[tool.hicache-lint] implementations is empty or missing; --repo needs "
-                   "entries like 'caches/x.py::Class.can_terminate_prefetch'"))
-        return linter.finish()
+        return lint_paths([config.root], config, fix=fix, diff=diff, fixability=fixability, selection=selection,
+                          allow_empty=allow_empty)
+    linter = Linter(config, fix=fix, diff=diff, fixability=fixability, selection=selection)
+    where = display_path(config.source) if config.source else "pyproject.toml"
     by_file: dict[Path, list] = {}
     for impl in config.implementations:
         by_file.setdefault(config.root / impl.path, []).append(impl)
-    group: list[MethodAnalysis] = []
+    group: list["MethodAnalysis"] = []
     for path, impls in by_file.items():
         display = display_path(path)
         if not path.is_file():
@@ -85,6 +106,9 @@ def lint_source(text: str, config: Optional[Config] = None, path: str = "example
 
 def fix_source(text: str, config: Optional[Config] = None, path: str = "example.py") -> str:
     """The text after applying every available fix once (checked as `--fix` checks it)."""
+    from lint.file_analysis import analyze
+    from lint.fix_run import FixRun
+
     linter = Linter(config or Config(), diff=True)
     loaded = load(Candidate(Path(path), path, True), text.encode())
     if isinstance(loaded, FileError):
@@ -92,8 +116,8 @@ def fix_source(text: str, config: Optional[Config] = None, path: str = "example.
     sites = find_methods(loaded.tree, linter.method_names)
     if not sites:
         return text
-    analysis = analyze(loaded, sites, linter.config, Path(path))
+    analysis = analyze(loaded, sites, linter.config, Path(path), linter.class_pools)
     if isinstance(analysis, FileError):
         raise ValueError(str(analysis))
     linter.analyses.append(analysis)
-    return linter.fixed_text(analysis) or text
+    return FixRun(linter).fixed_text(analysis) or text

@@ -1,24 +1,27 @@
 """Command line: `hicache-lint [PATHS...]` / `python -m lint`.
 
-Exit status: 0 clean (warnings alone included, unless --fail-on-warnings),
-1 error-level findings, 2 usage, configuration or input errors.
+Exit status: 0 clean (warnings and notes alone included, unless
+--fail-on-warnings), 1 error-level findings, 2 usage, configuration or input
+errors (a folder or --repo run that checks no method included, unless
+--allow-empty).
+
+Only argparse loads at import: the linter (and libcst, for a file that holds
+a candidate method) loads once the arguments ask for a run.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from lint import __version__
-from lint import config as config_mod
-from lint.api import Result, lint_paths, lint_repo
-from lint.config import ConfigError
-from lint.findings import FileError
-from lint.report import FORMATS, WRITERS
-from lint.rules import ALL_RULES, ERROR, level_of
+
+if TYPE_CHECKING:
+    from lint.result import Result, plural
+
+FORMATS = ("text", "json", "github", "sarif")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,10 +29,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _codes(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hicache-lint",
-        description="Check can_terminate_prefetch implementations for the pool-transfer guard.",
+        description="Check prefetch-termination implementations for their pool-transfer guard.",
     )
     parser.add_argument("paths", nargs="*", help="files or directories (recursed for *.py)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -40,7 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print what --fix would change as a unified diff; write nothing")
     parser.add_argument("--config", type=Path, help="TOML file with a [tool.hicache-lint] table")
     parser.add_argument("--repo", action="store_true",
-                        help="lint the configured implementations (for pass_filenames: false hooks)")
+                        help="lint the configured implementations, or with none configured every candidate "
+                             "method under the configuration's folder (for pass_filenames: false hooks)")
+    parser.add_argument("--select", type=_codes, metavar="CODES",
+                        help="comma-separated rule codes, prefixes or names to check (replaces the configuration's)")
+    parser.add_argument("--extend-select", type=_codes, default=[], metavar="CODES",
+                        help="rules to check in addition to the selected ones")
+    parser.add_argument("--ignore", type=_codes, default=[], metavar="CODES", help="rules not to check")
+    parser.add_argument("--baseline", type=Path, metavar="FILE",
+                        help="leave out the findings this baseline holds (config: baseline = 'FILE')")
+    parser.add_argument("--write-baseline", type=Path, metavar="FILE",
+                        help="record the run's failing findings in FILE and exit 0")
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="a folder or --repo run that finds no method exits 0 instead of 2")
     parser.add_argument("--skip-empty", action="store_true",
                         help="skip empty files named on the command line instead of reporting them "
                              "(for hooks that pass every staged file, empty __init__.py included)")
@@ -49,42 +68,82 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-on-warnings", action="store_true",
                         help="warnings (HC107) fail the run too (config: fail-on-warnings = true)")
     parser.add_argument("-q", "--quiet", action="store_true",
-                        help="text and github formats: error-level findings only, no fix notes")
+                        help="text and github formats: error-level findings only, no fix notes, no summary")
     parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
     return parser
 
 
-def _run(args: argparse.Namespace) -> Result:
+def _run(args: argparse.Namespace) -> "Result":
+    import dataclasses
+
+    from lint import baseline, config as config_mod, config_search
+    from lint.api import lint_paths, lint_repo
+    from lint.selection import selection as select_rules
+
     if args.config is not None:
         config = config_mod.load_file(args.config)
     else:
-        config = config_mod.discover()
+        config = config_search.find([] if args.repo else args.paths)
     if args.fail_on_warnings:
         config = dataclasses.replace(config, fail_on_warnings=True)
+    if args.write_baseline is not None or args.baseline is not None:
+        config = dataclasses.replace(config, baseline=args.baseline)
+    rules = select_rules(config, args.select, args.extend_select, args.ignore)
     fixability = args.format in ("json", "sarif")  # only the machine formats carry it
+    options = dict(fix=args.fix, diff=args.diff, fixability=fixability, selection=rules,
+                   allow_empty=args.allow_empty)
     if args.repo:
-        return lint_repo(config, fix=args.fix, diff=args.diff, fixability=fixability)
-    return lint_paths(args.paths, config, fix=args.fix, diff=args.diff, skip_empty=args.skip_empty,
-                      fixability=fixability)
+        result = lint_repo(config, **options)
+    else:
+        result = lint_paths(args.paths, config, skip_empty=args.skip_empty, **options)
+    if args.write_baseline is not None and not result.errors:
+        failing = [f for f in result.findings if f.code in _failing_codes(result)]
+        baseline.write(args.write_baseline, failing)
+        result.baselined, result.findings = len(failing), [f for f in result.findings if f not in failing]
+    return result
+
+
+def _failing_codes(result: "Result") -> set[str]:
+    from lint.rules import ALL_RULES, ERROR, WARNING
+
+    levels = {ERROR, WARNING} if result.fail_on_warnings else {ERROR}
+    return {rule.code for rule in ALL_RULES if rule.level in levels}
+
+
+def _list_rules() -> int:
+    from lint.rules import ALL_RULES
+
+    for rule in ALL_RULES:
+        print(f"{rule.code} {rule.name} [{rule.level}{', fixable' if rule.fixable else ''}]: {rule.summary}")
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_rules:
-        for rule in ALL_RULES:
-            print(f"{rule.code} {rule.name} [{rule.level}{', fixable' if rule.fixable else ''}]: {rule.summary}")
-        return 0
+        return _list_rules()
     if args.repo and args.paths:
         parser.error("--repo lints the configured implementations; do not also pass paths")
     if not args.repo and not args.paths:
         parser.error("no paths given; pass files or directories, or --repo")
+    if args.write_baseline is not None and (args.fix or args.diff):
+        parser.error("--write-baseline records findings as they are; do not combine it with --fix or --diff")
+
+    import dataclasses
+
+    from lint.config import ConfigError
+    from lint.findings import FileError
+    from lint.report import WRITERS
+    from lint.result import Result, plural
+    from lint.rules import ERROR, level_of
+
     try:
         result = _run(args)
     except ConfigError as exc:
         # machine formats still get a document that carries the error
         result = Result(errors=[FileError(exc.source, exc.message)])
-    result.exit_zero = args.exit_zero
+    result.exit_zero = args.exit_zero or args.write_baseline is not None
     shown = result
     if args.quiet and args.format in ("text", "github"):
         shown = dataclasses.replace(result, findings=[f for f in result.findings if level_of(f.code) == ERROR])
@@ -99,6 +158,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(note, file=sys.stderr)
     for error in result.errors:
         print(str(error), file=sys.stderr)
+    if args.write_baseline is not None and not result.errors:
+        print(f"hicache-lint: wrote {plural(result.baselined, 'finding')} to the baseline {args.write_baseline}",
+              file=sys.stderr)
+    elif not args.quiet and args.format == "text" and (result.methods or result.errors or result.findings):
+        # stdout holds findings only, one per line; files with no candidate (a hook's staged files) say nothing
+        print(result.summary(), file=sys.stderr)
     sys.stdout.flush()
     return result.exit_code
 

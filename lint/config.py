@@ -1,4 +1,9 @@
-"""`[tool.hicache-lint]` configuration: defaults, discovery and validation."""
+"""`[tool.hicache-lint]` configuration: defaults, validation and the Config record.
+
+Finding the file is lint/discovery.py's job; which rules a selection names is
+lint/selection.py's (this module knows no rule, so that the analysis can use
+the records here without importing the rules).
+"""
 
 from __future__ import annotations
 
@@ -8,26 +13,39 @@ from pathlib import Path
 from typing import Any, Optional
 
 try:  # Python >= 3.11
-    import tomllib as _toml
+    import tomllib as toml
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the backport
     try:
-        import tomli as _toml  # type: ignore[no-redef]
+        import tomli as toml  # type: ignore[no-redef]
     except ModuleNotFoundError:
-        _toml = None  # type: ignore[assignment]
+        toml = None  # type: ignore[assignment]
 
 SECTION = "hicache-lint"
-DEFAULT_METHODS = ("can_terminate_prefetch",)
+# Both upstream architectures: the fork's vote per check and 0.5.2x's ACK drain.
+DEFAULT_METHODS = ("can_terminate_prefetch", "_can_terminate_prefetch")
+DEFAULT_COMMIT_METHODS = ("_handle_prefetch_result", "_drain_storage_control_queues_impl", "release_aborted_request")
 DEFAULT_REDUCE_CALLS = ("all_reduce", "all_reduce_max", "all_reduce_min")
-KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "enable", "disable", "fail-on-warnings")
-IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", "sidecar-fields", "io-ended", "allocation-fields")
-GUARD_PLACES = ("decision", "commit")
-DEFAULT_SIDECAR_FIELDS = ("pool_transfers",)
+DEFAULT_SIDECAR_FIELDS = ("pool_transfers", "comp_xfers")
 DEFAULT_IO_ENDED = ("completed_req",)  # SGLang 0.5.2x: the final prefetch ACK
 DEFAULT_ALLOCATION_FIELDS = ("host_indices",)
+# true once every pool transfer has ended: the pool get's ACK carries its hits;
+# 0.5.2x's hybrid check passes only when every non-KV pool served its whole hit
+DEFAULT_POOLS_ENDED = ("pool_hits", "_check_hybrid_prefetch_result")
+# names (or parts of names) through which a class brings extra-pool transfers in
+DEFAULT_POOL_FIELDS = ("pool_transfers", "extra_pools")
+# as ruff's default excludes, plus the build outputs of this ecosystem
+DEFAULT_EXCLUDE = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache", ".nox",
+    ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", ".vscode",
+    "__pypackages__", "__pycache__", "_build", "buck-out", "build", "dist", "node_modules", "site-packages",
+    "venv", "*.egg-info",
+)
+GUARD_PLACES = ("decision", "commit")
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IMPL = re.compile(r"^(?P<path>[^:]+)::(?P<cls>[A-Za-z_][\w.]*)\.(?P<method>[A-Za-z_]\w*)$")
+SELECTOR = re.compile(r"^(ALL|[A-Z]+[0-9]*|[a-z][a-z0-9-]*)$")
 
 
 class ConfigError(ValueError):
@@ -41,24 +59,28 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Implementation:
-    """One configured implementation of the protocol.
+    """One implementation of the protocol, configured or recognized.
 
     fenced: its commit clamps to every pool (F3) and frees slots only after
     their IO ends (F5), so the guard may take the spec's completion form.
     guard: where the pool_transfers_done check must live: "decision" (the
-    decision method) or "commit" (the methods named in `commit`, which commit
-    or release sidecar results; the 0.5.2x ACK-drain shape).
+    decision method) or "commit" (the `commit` methods, which commit or
+    release sidecar results: the 0.5.2x ACK drain); None: recognized from the
+    class (see lint/architecture.py).
+    extra_pools: the configuration says the class has extra pools (None: not said).
     """
 
     path: str  # relative to the configuration root
     class_qualname: str
     method: str
     fenced: bool = False
-    guard: str = "decision"
+    guard: Optional[str] = None
     commit: tuple[str, ...] = ()
     sidecar_fields: tuple[str, ...] = DEFAULT_SIDECAR_FIELDS
     io_ended: tuple[str, ...] = DEFAULT_IO_ENDED
     allocation_fields: tuple[str, ...] = DEFAULT_ALLOCATION_FIELDS
+    pools_ended: tuple[str, ...] = DEFAULT_POOLS_ENDED
+    extra_pools: Optional[bool] = None
 
     def __str__(self) -> str:
         return f"{self.path}::{self.class_qualname}.{self.method}"
@@ -69,16 +91,24 @@ class Config:
     methods: tuple[str, ...] = DEFAULT_METHODS
     reduce_calls: tuple[str, ...] = DEFAULT_REDUCE_CALLS
     implementations: tuple[Implementation, ...] = ()
-    enable: Optional[frozenset[str]] = None  # None: every rule
-    disable: frozenset[str] = frozenset()
+    commit_methods: tuple[str, ...] = DEFAULT_COMMIT_METHODS
+    sidecar_fields: tuple[str, ...] = DEFAULT_SIDECAR_FIELDS
+    io_ended: tuple[str, ...] = DEFAULT_IO_ENDED
+    allocation_fields: tuple[str, ...] = DEFAULT_ALLOCATION_FIELDS
+    pools_ended: tuple[str, ...] = DEFAULT_POOLS_ENDED
+    pool_fields: tuple[str, ...] = DEFAULT_POOL_FIELDS
+    # rule selection, as written (lint/selection.py resolves it against the rules)
+    select: Optional[tuple[str, ...]] = None  # None: every rule
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    respect_gitignore: bool = True
+    baseline: Optional[Path] = None
     fail_on_warnings: bool = False
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None
-
-    def enabled(self, code: str) -> bool:
-        if code in self.disable:
-            return False
-        return self.enable is None or code in self.enable
 
     def implementation_for(self, path: Path, class_qualname: str) -> Optional[Implementation]:
         """The configured implementation this file's class is, if any."""
@@ -93,129 +123,168 @@ class Config:
                 return impl
         return None
 
+    def recognized(self, path: str, class_qualname: str, method: str) -> Implementation:
+        """An implementation nobody configured, with the top-level defaults."""
+        return Implementation(path, class_qualname, method, sidecar_fields=self.sidecar_fields,
+                              io_ended=self.io_ended, allocation_fields=self.allocation_fields,
+                              pools_ended=self.pools_ended)
 
-def _string_list(source: str, key: str, value: Any, accepted: str, pattern: Optional[re.Pattern] = None,
-                 allow_empty: bool = False) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(source, f"[tool.{SECTION}] {key} = {value!r}: expected a list of strings ({accepted})")
-    if not value and not allow_empty:
-        raise ConfigError(source, f"[tool.{SECTION}] {key} = []: expected at least one entry ({accepted})")
-    if pattern is not None:
+
+class _Table:
+    """Typed reads of one TOML table; every error names the key, the value and what is accepted."""
+
+    def __init__(self, table: dict, source: str, where: str, prefix: str = "") -> None:
+        self.table, self.source, self.where, self.prefix = table, source, where, prefix
+
+    def fail(self, message: str) -> ConfigError:
+        return ConfigError(self.source, f"{self.where} {message}")
+
+    def check_keys(self, known: tuple[str, ...]) -> None:
+        for key in self.table:
+            if key not in known:
+                raise self.fail(f"unknown key {key!r} (value {self.table[key]!r}); accepted keys: "
+                                + ", ".join(known))
+
+    def strings(self, key: str, default: Any, accepted: str, pattern: Optional[re.Pattern] = None,
+                allow_empty: bool = False) -> Any:
+        if key not in self.table:
+            return default
+        value = self.table[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(f"{self.prefix}{key} = {value!r}: expected a list of strings ({accepted})")
+        if not value and not allow_empty:
+            raise self.fail(f"{self.prefix}{key} = []: expected at least one entry ({accepted})")
         for item in value:
-            if not pattern.match(item):
-                raise ConfigError(source, f"[tool.{SECTION}] {key}: entry {item!r} is not valid; accepted: {accepted}")
-    return tuple(value)
+            if pattern is not None and not pattern.match(item):
+                raise self.fail(f"{self.prefix}{key}: entry {item!r} is not valid; accepted: {accepted}")
+        return tuple(value)
+
+    def boolean(self, key: str, default: Any) -> Any:
+        value = self.table.get(key, default)
+        if key in self.table and not isinstance(value, bool):
+            raise self.fail(f"{key} = {value!r}: expected true or false")
+        return value
+
+    def names(self, key: str, default: Any, accepted: str, allow_empty: bool = True) -> Any:
+        return self.strings(key, default, accepted, IDENT, allow_empty)
 
 
-def _codes(source: str, key: str, value: Any) -> frozenset[str]:
-    from lint.rules import RULES_BY_CODE, RULES_BY_NAME
-
-    accepted = "rule codes " + ", ".join(sorted(RULES_BY_CODE)) + " or their names"
-    items = _string_list(source, key, value, accepted, allow_empty=True)
-    codes: set[str] = set()
-    for item in items:
-        if item in RULES_BY_CODE:
-            codes.add(item)
-        elif item in RULES_BY_NAME:
-            codes.add(RULES_BY_NAME[item].code)
-        else:
-            raise ConfigError(source, f"[tool.{SECTION}] {key}: unknown rule {item!r}; accepted: {accepted}")
-    return frozenset(codes)
-
-
+_SELECTORS = "rule codes (HC101), code prefixes (HC1, HC10), ALL, or rule names (guard-missing)"
+_NAMES = {
+    "sidecar-fields": ("attribute names holding sidecar transfers or hits", False),
+    "io-ended": ("attribute or method names true once an operation's IO has ended", True),
+    "allocation-fields": ("attribute names holding an operation's allocated hit, None before", True),
+    "pools-ended": ("attribute or method names true once every pool transfer has ended", True),
+}
+IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", *_NAMES, "extra-pools")
+KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "commit-methods", *_NAMES, "pool-fields",
+              "select", "extend-select", "ignore", "enable", "disable", "per-file-ignores", "exclude",
+              "extend-exclude", "respect-gitignore", "baseline", "fail-on-warnings")
 _IMPL_ACCEPTED = ("'path/to/file.py::Class.method' or a table {method = '...', fenced = true, "
                   "guard = 'decision' | 'commit', commit = ['method', ...], sidecar-fields = ['field', ...], "
-                  "io-ended = ['attribute', ...], allocation-fields = ['field', ...]}")
+                  "io-ended = [...], allocation-fields = [...], pools-ended = [...], extra-pools = true}")
 
 
-def _implementations(source: str, value: Any) -> tuple[Implementation, ...]:
-    key = "implementations"
-    if not isinstance(value, list):
-        raise ConfigError(source, f"[tool.{SECTION}] {key} = {value!r}: expected a list of {_IMPL_ACCEPTED}")
-    return tuple(_implementation(source, item) for item in value)
-
-
-def _implementation(source: str, item: Any) -> Implementation:
+def _implementation(source: str, item: Any, defaults: dict[str, tuple[str, ...]]) -> Implementation:
     where = f"[tool.{SECTION}] implementations: entry {item!r}"
     table = {"method": item} if isinstance(item, str) else item
     if not isinstance(table, dict):
         raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
-    for name in table:
-        if name not in IMPLEMENTATION_KEYS:
-            raise ConfigError(source, f"{where}: unknown key {name!r}; accepted keys: "
-                                      + ", ".join(IMPLEMENTATION_KEYS))
+    read = _Table(table, source, where + ":", "implementations.")
+    read.check_keys(IMPLEMENTATION_KEYS)
     target = table.get("method")
     match = _IMPL.match(target) if isinstance(target, str) else None
     if match is None:
         raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
-    fenced = table.get("fenced", False)
-    if not isinstance(fenced, bool):
-        raise ConfigError(source, f"{where}: fenced = {fenced!r}: expected true or false")
-    guard = table.get("guard", "decision")
-    if guard not in GUARD_PLACES:
-        raise ConfigError(source, f"{where}: guard = {guard!r}: expected one of " + ", ".join(GUARD_PLACES))
-    commit = _string_list(source, "implementations.commit", table.get("commit", []),
-                          "method names of the same class", _IDENT, allow_empty=True)
+    guard = table.get("guard")
+    if "guard" in table and guard not in GUARD_PLACES:
+        raise read.fail(f"guard = {guard!r}: expected one of " + ", ".join(GUARD_PLACES))
+    commit = read.names("commit", (), "method names of the same class")
     if guard == "commit" and not commit:
-        raise ConfigError(source, f"{where}: guard = 'commit' needs commit = ['<method>', ...], the methods "
-                                  "that commit or release sidecar results")
-    sidecar = _string_list(source, "implementations.sidecar-fields",
-                           table.get("sidecar-fields", list(DEFAULT_SIDECAR_FIELDS)),
-                           "attribute names holding sidecar transfers or hits", _IDENT)
-    io_ended = _string_list(source, "implementations.io-ended", table.get("io-ended", list(DEFAULT_IO_ENDED)),
-                            "attribute or method names true once an operation's IO has ended", _IDENT,
-                            allow_empty=True)
-    allocation = _string_list(source, "implementations.allocation-fields",
-                              table.get("allocation-fields", list(DEFAULT_ALLOCATION_FIELDS)),
-                              "attribute names holding an operation's allocated hit, None before", _IDENT,
-                              allow_empty=True)
-    return Implementation(match["path"], match["cls"], match["method"], fenced, guard, commit, sidecar,
-                          io_ended, allocation)
+        raise read.fail("guard = 'commit' needs commit = ['<method>', ...], the methods that commit or "
+                        "release sidecar results")
+    lists = {key.replace("-", "_"): read.names(key, defaults[key], accepted, allow_empty)
+             for key, (accepted, allow_empty) in _NAMES.items()}
+    return Implementation(match["path"], match["cls"], match["method"], read.boolean("fenced", False), guard,
+                          commit, extra_pools=read.boolean("extra-pools", None), **lists)
+
+
+def _per_file_ignores(read: _Table) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    value = read.table.get("per-file-ignores", {})
+    if not isinstance(value, dict):
+        raise read.fail(f"per-file-ignores = {value!r}: expected a table of glob = [{_SELECTORS}]")
+    out = []
+    for pattern, codes in value.items():
+        inner = _Table({pattern: codes}, read.source, f"{read.where} per-file-ignores:")
+        out.append((pattern, inner.strings(pattern, (), _SELECTORS, SELECTOR, allow_empty=True)))
+    return tuple(out)
+
+
+def _selection(read: _Table) -> dict[str, Any]:
+    for new, old in (("select", "enable"), ("ignore", "disable")):
+        if new in read.table and old in read.table:
+            raise read.fail(f"{old} is the older name of {new}; give one of them, not both")
+    select = read.strings("select", None, _SELECTORS, SELECTOR, allow_empty=True)
+    ignore = read.strings("ignore", (), _SELECTORS, SELECTOR, allow_empty=True)
+    return {
+        "select": read.strings("enable", select, _SELECTORS, SELECTOR, allow_empty=True),
+        "ignore": read.strings("disable", ignore, _SELECTORS, SELECTOR, allow_empty=True),
+        "extend_select": read.strings("extend-select", (), _SELECTORS, SELECTOR, allow_empty=True),
+        "per_file_ignores": _per_file_ignores(read),
+    }
 
 
 def from_table(table: Any, source: str, root: Path, config_path: Optional[Path]) -> Config:
     if not isinstance(table, dict):
         raise ConfigError(source, f"[tool.{SECTION}] must be a table, got {table!r}")
-    for key in table:
-        if key not in KNOWN_KEYS:
-            raise ConfigError(
-                source,
-                f"[tool.{SECTION}] unknown key {key!r} (value {table[key]!r}); accepted keys: "
-                + ", ".join(KNOWN_KEYS),
-            )
-    kwargs: dict[str, Any] = {"root": root, "source": config_path}
-    if "methods" in table:
-        kwargs["methods"] = _string_list(source, "methods", table["methods"], "method names", _IDENT)
-    if "reduce-calls" in table:
-        kwargs["reduce_calls"] = _string_list(
-            source, "reduce-calls", table["reduce-calls"],
+    read = _Table(table, source, f"[tool.{SECTION}]")
+    read.check_keys(KNOWN_KEYS)
+    base = Config()
+    lists = {key: read.names(key, getattr(base, key.replace("-", "_")), accepted, allow_empty)
+             for key, (accepted, allow_empty) in _NAMES.items()}
+    implementations = table.get("implementations", [])
+    if not isinstance(implementations, list):
+        raise read.fail(f"implementations = {implementations!r}: expected a list of {_IMPL_ACCEPTED}")
+    baseline = table.get("baseline")
+    if baseline is not None and not (isinstance(baseline, str) and baseline.strip()):
+        raise read.fail(f"baseline = {baseline!r}: expected a file name (relative to this file)")
+    globs = "glob patterns matched against paths relative to this file, e.g. 'vendor/' or '*_pb2.py'"
+    return Config(
+        methods=read.names("methods", base.methods, "method names", allow_empty=False),
+        reduce_calls=read.strings(
+            "reduce-calls", base.reduce_calls,
             "dotted call names matched against the end of the call, e.g. 'all_reduce' or 'dist.all_reduce'",
-            _DOTTED,
-        )
-    if "implementations" in table:
-        kwargs["implementations"] = _implementations(source, table["implementations"])
-    if "enable" in table:
-        kwargs["enable"] = _codes(source, "enable", table["enable"])
-    if "disable" in table:
-        kwargs["disable"] = _codes(source, "disable", table["disable"])
-    if "fail-on-warnings" in table:
-        value = table["fail-on-warnings"]
-        if not isinstance(value, bool):
-            raise ConfigError(source, f"[tool.{SECTION}] fail-on-warnings = {value!r}: expected true or false")
-        kwargs["fail_on_warnings"] = value
-    return Config(**kwargs)
+            _DOTTED),
+        implementations=tuple(_implementation(source, item, lists) for item in implementations),
+        commit_methods=read.names("commit-methods", base.commit_methods,
+                                  "method names that commit or release prefetch results (an ACK drain)"),
+        pool_fields=read.names("pool-fields", base.pool_fields,
+                               "names (or parts of names) that bring extra-pool transfers into a class"),
+        exclude=read.strings("exclude", base.exclude, globs, allow_empty=True),
+        extend_exclude=read.strings("extend-exclude", (), globs, allow_empty=True),
+        respect_gitignore=read.boolean("respect-gitignore", True),
+        baseline=root / baseline if baseline else None,
+        fail_on_warnings=read.boolean("fail-on-warnings", False),
+        root=root, source=config_path,
+        **{key.replace("-", "_"): value for key, value in lists.items()}, **_selection(read),
+    )
 
 
-def _read_toml(path: Path, display: str) -> dict:
-    if _toml is None:  # pragma: no cover
+def read_toml(path: Path, display: str) -> dict:
+    if toml is None:  # pragma: no cover
         raise ConfigError(display, "reading TOML needs Python >= 3.11 or the 'tomli' package")
     try:
         with path.open("rb") as handle:
-            return _toml.load(handle)
+            return toml.load(handle)
     except OSError as exc:
         raise ConfigError(display, f"cannot read configuration: {exc.strerror or exc}") from None
-    except _toml.TOMLDecodeError as exc:
+    except toml.TOMLDecodeError as exc:
         raise ConfigError(display, f"invalid TOML: {exc}") from None
+
+
+def section_of(data: dict) -> Optional[Any]:
+    tool = data.get("tool")
+    return tool.get(SECTION) if isinstance(tool, dict) else None
 
 
 def load_file(path: Path) -> Config:
@@ -223,21 +292,8 @@ def load_file(path: Path) -> Config:
     display = str(path)
     if not path.is_file():
         raise ConfigError(display, "configuration file not found")
-    data = _read_toml(path, display)
-    table = data.get("tool", {}).get(SECTION) if isinstance(data.get("tool"), dict) else None
+    table = section_of(read_toml(path, display))
     if table is None:
         raise ConfigError(display, f"no [tool.{SECTION}] table in this file")
     return from_table(table, display, path.resolve().parent, path.resolve())
 
-
-def discover(start: Optional[Path] = None) -> Config:
-    """Walk up from `start` (the cwd) to the first pyproject.toml with our table."""
-    start = (start or Path.cwd()).resolve()
-    for directory in (start, *start.parents):
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            data = _read_toml(candidate, str(candidate))
-            tool = data.get("tool")
-            if isinstance(tool, dict) and SECTION in tool:
-                return from_table(tool[SECTION], str(candidate), directory, candidate)
-    return Config(root=start)

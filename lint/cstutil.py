@@ -6,7 +6,6 @@ import dataclasses
 from typing import Iterator, Optional
 
 import libcst as cst
-import libcst.matchers as m
 
 POLICIES = ("best_effort", "wait_complete", "timeout")
 VOTING_POLICIES = frozenset({"wait_complete", "timeout"})
@@ -40,11 +39,13 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-FALSE = m.Name("False") | m.Integer("0")
+def is_name(node: Optional[cst.CSTNode], *values: str) -> bool:
+    """`node` is a Name, one of `values` when any are given (libcst.matchers costs 150 ms to import)."""
+    return isinstance(node, cst.Name) and (not values or node.value in values)
 
 
 def is_false_constant(node: Optional[cst.CSTNode]) -> bool:
-    return node is not None and m.matches(node, FALSE)
+    return is_name(node, "False") or (isinstance(node, cst.Integer) and node.value == "0")
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -163,8 +164,8 @@ def strip_casts(node: cst.BaseExpression) -> cst.BaseExpression:
 def one_minus(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """`x` for `1 - x` (casts around either side stripped), else None."""
     node = strip_casts(node)
-    if m.matches(node, m.BinaryOperation(left=m.Integer("1"), operator=m.Subtract())):
-        assert isinstance(node, cst.BinaryOperation)
+    if (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)
+            and isinstance(node.left, cst.Integer) and node.left.value == "1"):
         return strip_casts(node.right)
     return None
 

@@ -18,8 +18,16 @@ FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 @dataclass
 class ClassIndex:
     methods: dict[str, FunctionNode] = field(default_factory=dict)
-    attribute_values: dict[str, list[ast.expr]] = field(default_factory=dict)
     module_functions: dict[str, FunctionNode] = field(default_factory=dict)
+    node: Optional[ast.ClassDef] = None
+    _values: Optional[dict[str, list[ast.expr]]] = None
+
+    def values_of(self, attr: str) -> list[ast.expr]:
+        """What the class assigns to `self.<attr>` in its methods, or to the class attribute `<attr>`
+        (gathered when first asked, from statements only: most classes are never asked)."""
+        if self._values is None:
+            self._values = _assigned_values(self.node) if self.node is not None else {}
+        return self._values.get(attr, [])
 
 
 @dataclass
@@ -63,31 +71,45 @@ def _iter_classes(
 
 
 def _class_index(cls: ast.ClassDef, module_functions: dict[str, FunctionNode]) -> ClassIndex:
-    index = ClassIndex(module_functions=module_functions)
+    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return ClassIndex(methods, module_functions, cls)
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in a block, nested blocks included (expressions are not walked: they are most nodes)."""
+    for stmt in body:
+        yield stmt
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, name, None)
+            if isinstance(inner, list) and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from _statements(inner)
+        for handler in getattr(stmt, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            yield from _statements(case.body)
+
+
+def _assigned_values(cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
+    values: dict[str, list[ast.expr]] = {}
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            index.methods[node.name] = node
-            for sub in ast.walk(node):
-                targets: list[ast.expr] = []
-                value: Optional[ast.expr] = None
-                if isinstance(sub, ast.Assign):
-                    targets, value = sub.targets, sub.value
-                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
-                    targets, value = [sub.target], sub.value
+            for stmt in _statements(node.body):
+                if isinstance(stmt, ast.Assign):
+                    targets, value = stmt.targets, stmt.value
+                elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
+                    targets, value = [stmt.target], stmt.value
+                else:
+                    continue
                 for target in targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                        and value is not None
-                    ):
-                        index.attribute_values.setdefault(target.attr, []).append(value)
+                    if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"):
+                        values.setdefault(target.attr, []).append(value)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 if isinstance(target, ast.Name):
-                    index.attribute_values.setdefault(target.id, []).append(node.value)
-    return index
+                    values.setdefault(target.id, []).append(node.value)
+    return values
 
 
 def _site(qual: str, cls: ast.ClassDef, func: FunctionNode, index: ClassIndex) -> MethodSite:
@@ -166,7 +188,7 @@ def ast_has_min_cap(nodes: list[ast.AST], index: ClassIndex, depth: int = 0,
             ):
                 if sub.attr in index.methods:
                     follow.append(index.methods[sub.attr])
-                follow.extend(index.attribute_values.get(sub.attr, []))
+                follow.extend(index.values_of(sub.attr))
     fresh = [n for n in follow if id(n) not in seen]
     seen.update(id(n) for n in fresh)
     deeper = ast_has_min_cap(fresh, index, depth + 1, seen) if fresh else False

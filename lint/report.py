@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Callable, TextIO
 
-from lint.engine import Result
+from lint.result import Result
 from lint.rules import RULES_BY_CODE, level_of
 from lint.sarif import TOOL, sarif_document
 
@@ -41,7 +41,7 @@ def json_document(result: Result) -> dict:
                 "code": f.code,
                 "rule": RULES_BY_CODE[f.code].name,
                 "level": level_of(f.code),
-                "message": f.message,
+                "message": f.text,
                 "method": f.method,
                 "fixable": f.fixable,
             }
@@ -55,6 +55,7 @@ def json_document(result: Result) -> dict:
             "files_parsed": result.files_parsed,
             "methods": result.methods,
             "findings": len(result.findings),
+            "baselined": result.baselined,
             "errors": len(result.errors),
             "exit_code": result.exit_code,
         },
@@ -74,11 +75,14 @@ def _gh_prop(text: str) -> str:
     return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+GITHUB_LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
+
+
 def write_github(result: Result, out: TextIO) -> None:
     for f in result.findings:
         out.write(
-            f"::{level_of(f.code)} file={_gh_prop(f.path)},line={f.line},col={f.col},"
-            f"title={_gh_prop(f.code)}::{_gh_data(f.message)}\n"
+            f"::{GITHUB_LEVELS[level_of(f.code)]} file={_gh_prop(f.path)},line={f.line},col={f.col},"
+            f"title={_gh_prop(f.code)}::{_gh_data(f.text)}\n"
         )
     for e in result.errors:
         out.write(f"::error file={_gh_prop(e.path)},title={TOOL}::{_gh_data(e.message)}\n")
@@ -121,7 +125,7 @@ JSON_SCHEMA = {
                     "col": {"type": "integer", "minimum": 1},
                     "code": {"type": "string", "pattern": "^HC1[0-9]{2}$"},
                     "rule": {"type": "string"},
-                    "level": {"enum": ["error", "warning"]},
+                    "level": {"enum": ["error", "warning", "info"]},
                     "message": {"type": "string"},
                     "method": {"type": ["string", "null"]},
                     "fixable": {"type": "boolean"},
@@ -142,10 +146,10 @@ JSON_SCHEMA = {
         "summary": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["files_seen", "files_parsed", "methods", "findings", "errors", "exit_code"],
+            "required": ["files_seen", "files_parsed", "methods", "findings", "baselined", "errors", "exit_code"],
             "properties": {
                 "files_seen": _COUNT, "files_parsed": _COUNT, "methods": _COUNT,
-                "findings": _COUNT, "errors": _COUNT, "exit_code": {"enum": [0, 1, 2]},
+                "findings": _COUNT, "baselined": _COUNT, "errors": _COUNT, "exit_code": {"enum": [0, 1, 2]},
             },
         },
     },

@@ -12,13 +12,11 @@ the suppression rules link to `LINT_DOC_URL#suppression`.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from pathlib import Path, PurePath
 
-from lint.engine import Result
-from lint.findings import Finding
+from lint.findings import fingerprint
+from lint.result import Result
 from lint.rules import ALL_RULES, Rule, level_of
 
 TOOL = "hicache-lint"
@@ -27,19 +25,13 @@ PROJECT_URL = "https://github.com/hicache-conformance/hicache-conformance"
 SPEC_URL = f"{PROJECT_URL}/blob/main/spec/SPEC.md"
 LINT_DOC_URL = f"{PROJECT_URL}/blob/main/lint/README.md"
 FINGERPRINT = "hicacheLintFinding/v1"
+SARIF_LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def help_uri(rule: type[Rule]) -> str:
     if rule.clauses:
         return f"{SPEC_URL}#{rule.clauses[0].lower()}"
     return f"{LINT_DOC_URL}#suppression"
-
-
-def fingerprint(finding: Finding) -> str:
-    """Rule, file, method and message with numbers removed: stable when lines move."""
-    message = re.sub(r"\d+", "#", finding.message)
-    key = "\0".join((finding.code, PurePath(finding.path).as_posix(), finding.method or "", message))
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def _uri(path: str) -> dict:
@@ -58,7 +50,7 @@ def _rule(rule: type[Rule]) -> dict:
         "fullDescription": {"text": rule.help()},
         "help": {"text": rule.help()},
         "helpUri": help_uri(rule),
-        "defaultConfiguration": {"level": rule.level},
+        "defaultConfiguration": {"level": SARIF_LEVELS[rule.level]},
         "properties": {"fixable": rule.fixable, "suppressible": rule.suppressible,
                        "clauses": list(rule.clauses)},
     }
@@ -70,8 +62,8 @@ def sarif_document(result: Result, version: str) -> dict:
         {
             "ruleId": f.code,
             "ruleIndex": index[f.code],
-            "level": level_of(f.code),
-            "message": {"text": f.message},
+            "level": SARIF_LEVELS[level_of(f.code)],
+            "message": {"text": f.text},
             "locations": [
                 {
                     "physicalLocation": {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from lint.findings import FileError
+from lint.ignore import Ignores
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
 
@@ -61,8 +62,27 @@ def link_problem(path: Path) -> Optional[str]:
     return None
 
 
-def discover(paths: Iterable[str]) -> tuple[list[Candidate], list[FileError]]:
-    """Expand paths: files as given, directories recursed for *.py (links not followed into folders)."""
+def _walk(folder: Path, ignores: Optional[Ignores], found: list[Candidate], errors: list[FileError]) -> None:
+    for root, dirs, files in os.walk(folder):
+        absolute = os.path.abspath(root)
+        if ignores is not None:
+            ignores.enter(absolute)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
+                         and not (ignores and ignores.excluded(os.path.join(absolute, d), True)))
+        for name in sorted(files):
+            if not name.endswith(".py") or (ignores and ignores.excluded(os.path.join(absolute, name), False)):
+                continue
+            full = Path(root) / name
+            problem = link_problem(full)
+            if problem is not None:
+                errors.append(FileError(display_path(full), problem))
+            else:
+                found.append(Candidate(full, display_path(full), False))
+
+
+def discover(paths: Iterable[str], ignores: Optional[Ignores] = None) -> tuple[list[Candidate], list[FileError]]:
+    """Expand paths: files as given (never excluded, as ruff), directories recursed for
+    *.py without what `ignores` leaves out (links not followed into folders)."""
     found: list[Candidate] = []
     errors: list[FileError] = []
     for raw in paths:
@@ -71,16 +91,7 @@ def discover(paths: Iterable[str]) -> tuple[list[Candidate], list[FileError]]:
         if problem is not None:
             errors.append(FileError(display_path(path), problem))
         elif path.is_dir():
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-                for name in sorted(files):
-                    if name.endswith(".py"):
-                        full = Path(root) / name
-                        problem = link_problem(full)
-                        if problem is not None:
-                            errors.append(FileError(display_path(full), problem))
-                        else:
-                            found.append(Candidate(full, display_path(full), False))
+            _walk(path, ignores, found, errors)
         elif path.is_file():
             found.append(Candidate(path, display_path(path), True))
         elif path.exists():

@@ -6,15 +6,18 @@
 The comment goes on the def line or in the comment/decorator lines directly
 above it. A reason is required; a suppression that silences nothing is
 reported (HC105); a malformed one is reported (HC106) and silences nothing.
+
+`# noqa: HC101` (ruff's and flake8's spelling, codes required) silences
+those codes on its own line, the line a finding is reported at; other tools'
+codes beside ours are left alone, and a bare `# noqa` silences none of ours.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-from lint.config import Config
 from lint.findings import Finding
 from lint.locate import MethodSite
 from lint.rules import SUPPRESSIBLE_CODES
@@ -22,7 +25,9 @@ from lint.rules import SUPPRESSIBLE_CODES
 MARKER = re.compile(r"#\s*hicache-lint\s*:\s*(?P<body>.*)$")
 IGNORE = re.compile(r"^ignore\s*(?:\[(?P<codes>[^\]]*)\])?\s*(?P<rest>.*)$")
 REASON = re.compile(r"^reason\s*:\s*(?P<reason>.*)$")
-
+NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+)*)", re.IGNORECASE)
+OURS = re.compile(r"^HC[0-9]+$")
+Enabled = Callable[[str, str], bool]  # (code, path) -> whether it is reported there
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,9 @@ def method_suppressions(lines: list[str], site: MethodSite) -> list[Suppression]
 
 
 def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list[str]]],
-          config: Config) -> list[Finding]:
+          enabled: Enabled) -> list[Finding]:
     """Drop suppressed findings; add HC105 (unused) and HC106 (invalid) findings."""
+    methods = list(methods)
     kept = list(findings)
     for path, site, lines in methods:
         for sup in method_suppressions(lines, site):
@@ -92,10 +98,53 @@ def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list
                         and f.method_line == site.def_line]
                 if hits:
                     kept = [f for f in kept if f not in hits]
-                elif config.enabled(code):
+                elif enabled(code, path):
                     kept.append(Finding(
                         path, sup.line, sup.col, "HC105",
                         f"unused suppression: {site.qualname} has no {code} finding to silence",
                         site.qualname, site.def_line,
                     ))
-    return [f for f in kept if config.enabled(f.code)]
+    kept = _apply_noqa(kept, methods, enabled)
+    return [f for f in kept if enabled(f.code, f.path)]
+
+
+def noqa_codes(line: str) -> Optional[tuple[int, list[str]]]:
+    """(column, our codes) of a `# noqa: ...` comment on the line."""
+    hash_at = line.find("#")
+    match = NOQA.search(line, hash_at) if hash_at >= 0 else None
+    if match is None:
+        return None
+    codes = [c.strip().upper() for c in match["codes"].split(",")]
+    return match.start() + 1, [c for c in codes if OURS.match(c)]
+
+
+def _apply_noqa(findings: list[Finding], methods: list[tuple[str, MethodSite, list[str]]],
+                enabled: Enabled) -> list[Finding]:
+    lines_of = {path: lines for path, _, lines in methods}
+    used: set[tuple[str, int, str]] = set()
+    kept = []
+    for finding in findings:
+        lines = lines_of.get(finding.path, [])
+        found = noqa_codes(lines[finding.line - 1]) if 0 < finding.line <= len(lines) else None
+        if found is not None and finding.code in found[1] and finding.code in SUPPRESSIBLE_CODES:
+            used.add((finding.path, finding.line, finding.code))
+        else:
+            kept.append(finding)
+    seen: set[tuple[str, int]] = set()
+    for path, site, lines in methods:
+        for number in range(site.first_line, min(site.end_line, len(lines)) + 1):
+            found = noqa_codes(lines[number - 1])
+            if found is None or (path, number) in seen:
+                continue
+            seen.add((path, number))
+            col, codes = found
+            for code in codes:
+                if code not in SUPPRESSIBLE_CODES:
+                    kept.append(Finding(path, number, col, "HC106",
+                                        f"cannot suppress {code!r} with noqa; suppressible codes: "
+                                        f"{', '.join(SUPPRESSIBLE_CODES)}", site.qualname, site.def_line))
+                elif (path, number, code) not in used and enabled(code, path):
+                    kept.append(Finding(path, number, col, "HC105",
+                                        f"unused noqa: no {code} finding on this line to silence",
+                                        site.qualname, site.def_line))
+    return kept

@@ -15,7 +15,7 @@ Rules read the result; they never look at raw syntax themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from lint.analysis import roles as roles_pass
@@ -25,9 +25,12 @@ from lint.analysis.commit import CommitPath
 from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks
 from lint.analysis.reduce import ReduceSite, find_reduce, parse_reduce_calls
 from lint.analysis.roles import Roles
-from lint.analysis.shape import FEATURE_NAMES, Feature
+from lint.analysis.shape import Feature
 from lint.config import Implementation
-from lint.locate import MethodSite
+from lint.findings import Finding
+from lint.locate import ClassIndex, MethodSite
+from lint.pools import Evidence
+from lint.protocol import FEATURE_NAMES
 from lint.unit import ParsedMethod
 
 __all__ = ["FEATURE_NAMES", "Feature", "Guard", "MethodAnalysis", "ReduceSite", "Roles", "StmtRec",
@@ -38,7 +41,9 @@ __all__ = ["FEATURE_NAMES", "Feature", "Guard", "MethodAnalysis", "ReduceSite", 
 class MethodAnalysis:
     """Everything the rules need to know about one termination method."""
 
-    parsed: ParsedMethod
+    parsed: Optional[ParsedMethod]  # None once released (findings computed, no fix to plan)
+    site: MethodSite
+    def_line: int
     path: str
     lines: list[str]
     skip_reason: Optional[str]
@@ -54,6 +59,10 @@ class MethodAnalysis:
     implementation: Optional[Implementation] = None
     # its commit path, when the configuration puts the check there
     commit: Optional[CommitPath] = None
+    # the line that brings extra-pool transfers into its class (None: nothing does)
+    pools: Optional[Evidence] = None
+    # its own rules' findings, kept when the syntax trees are released
+    findings: Optional[list[Finding]] = None
 
     @property
     def guard_in_decision(self) -> bool:
@@ -61,16 +70,16 @@ class MethodAnalysis:
         return self.implementation is None or self.implementation.guard == "decision"
 
     @property
-    def site(self) -> MethodSite:
-        return self.parsed.site
-
-    @property
     def qualname(self) -> str:
-        return self.parsed.site.qualname
+        return self.site.qualname
 
-    @property
-    def def_line(self) -> int:
-        return self.parsed.line(self.parsed.func.name)
+    def release(self) -> None:
+        """Drop the syntax trees (the rules have run): a long run keeps one file's trees at a time."""
+        self.parsed = None
+        self.body = None  # type: ignore[assignment]
+        self.reduce = None
+        self.guards, self.guard = [], None
+        self.site = replace(self.site, index=ClassIndex())  # the class's stdlib tree goes too
 
     @property
     def def_col(self) -> int:
@@ -127,6 +136,7 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
     feats = shape.features(
         def_line, policies, guard, shape.find_combine(body, roles, reduce, kinds, def_line), reduce,
         kinds, shape.find_timeout_cap(body, parsed.site.index, def_line))
-    return MethodAnalysis(parsed, path, lines or [], roles_pass.skip_reason(func, parsed.site.method),
+    return MethodAnalysis(parsed, parsed.site, def_line, path, lines or [],
+                          roles_pass.skip_reason(func, parsed.site.method),
                           body, roles, reduce, guards, guard, find_inert_checks(body, roles, guards),
                           policies, feats)

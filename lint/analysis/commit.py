@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from lint.analysis.commit_state import Signals, State, getattr_key, reads_done
+from lint.protocol import DONE
 from lint.locate import ClassIndex, FunctionNode
 
 _INSPECT = frozenset({"len", "bool", "isinstance", "print", "repr", "str", "id", "hash", "type", "getattr",
@@ -46,6 +47,7 @@ class SidecarUse:
     where: str  # the function it is in (a helper or nested function), or "" for the commit method
     called_at: int  # the line that function is called at (0 for the commit method)
     why: str
+    sets_flag: bool = False  # the flag is set here, not a sidecar handed on
 
 
 @dataclass
@@ -55,6 +57,8 @@ class CommitPath:
     checks_done: bool  # some commit method (or helper it calls) reads pool_transfers_done
     unguarded: list[SidecarUse] = field(default_factory=list)
     def_lines: dict[str, int] = field(default_factory=dict)
+    # (first line with decorators, def line, end line, column) of each commit method: its suppression comments
+    spans: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 def _nested(func: FunctionNode) -> dict[str, FunctionNode]:
@@ -184,11 +188,17 @@ class _Walker:
                 self.bind(element, origin, state)
             return
         found = self.view(source)
+        # destructuring a stored record (a local, attribute or item: not a call's fresh result)
+        unpacked = isinstance(target, (ast.Tuple, ast.List)) and isinstance(source, (ast.Name, ast.Attribute,
+                                                                                      ast.Subscript))
         for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
-            if found is None:
-                self.carriers.pop(name, None)
-            else:
+            if found is not None:
                 self.carriers[name] = (found[0], found[1].joined(state))
+            elif unpacked and name in self.owner.fields:
+                # `*_, comp_xfers = info`: a record's element named for a sidecar field is that field
+                self.carriers[name] = (name, State().joined(state))
+            else:
+                self.carriers.pop(name, None)
 
     # -- handing on -------------------------------------------------------------------------------
     def hand_on(self, node: ast.AST, state: State) -> None:
@@ -219,11 +229,16 @@ class _Walker:
             return True
         return False
 
-    def report(self, node: ast.AST, what: str, why: str) -> None:
+    def report(self, node: ast.AST, what: str, why: str, sets_flag: bool = False) -> None:
         key = (node.lineno, node.col_offset + 1)
         if key not in self.owner.uses:
             self.owner.uses[key] = SidecarUse(self.owner.commit, key[0], key[1], what, self.where,
-                                              self.called_at, why)
+                                              self.called_at, why, sets_flag)
+
+    def set_flag(self, node: ast.AST, state: State) -> None:
+        """The flag may turn true only where every pool transfer has ended."""
+        if not (state.pools_ended or state.unallocated):
+            self.report(node, DONE, _EARLY_SET, sets_flag=True)
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, node: Optional[ast.AST], state: State) -> None:
@@ -249,6 +264,9 @@ class _Walker:
     def call(self, node: ast.Call, state: State) -> None:
         func = node.func
         name = _dotted(func)
+        if (name == "setattr" and len(node.args) == 3 and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value == DONE and _true(node.args[2])):
+            self.set_flag(node, state)
         if name in _INSPECT or name.split(".")[0] in _LOGGERS:
             return  # looks at its arguments, hands nothing on
         arguments = [*node.args, *(k.value for k in node.keywords)]
@@ -351,6 +369,8 @@ class _Walker:
         found = self.view(value)
         stored = False
         for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr == DONE and _true(value):
+                self.set_flag(stmt, state)
             if isinstance(target, ast.Name):
                 self.aliases.pop(target.id, None)
                 if found is not None:
@@ -367,6 +387,14 @@ class _Walker:
             self.hand_on(value, state)
         else:
             self.expr(value, state)
+
+
+_EARLY_SET = ("to True where no test shows that every pool transfer has ended (a pools-ended signal, such as "
+              "`ack.pool_hits is not None`): the commit then takes sidecar hits whose reads may still run")
+
+
+def _true(value: Optional[ast.AST]) -> bool:
+    return isinstance(value, ast.Constant) and value.value is True
 
 
 def _exits(body: list[ast.stmt]) -> bool:
@@ -386,5 +414,8 @@ def analyze_commit(index: ClassIndex, commit: Iterable[str], fields: Iterable[st
                       any(reads_done(f) for f in walk.reached.values()))
     path.unguarded = sorted(walk.uses.values(), key=lambda u: (u.line, u.col))
     for name in found:
-        path.def_lines[name] = index.methods[name].lineno
+        func = index.methods[name]
+        path.def_lines[name] = func.lineno
+        first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+        path.spans[name] = (first, func.lineno, func.end_lineno or func.lineno, func.col_offset)
     return path

@@ -1,12 +1,15 @@
 """What a path in the commit code knows about an operation's sidecar transfers.
 
-A sidecar result may be committed or released in three states only:
+A sidecar result may be committed or released in four states only:
 - its transfers are done (`pool_transfers_done` true): the commit owns it;
+- every pool transfer has ended (a `pools-ended` signal: the pool get's ACK
+  carries its hits): no read is running;
 - its operation's IO has ended (the final ACK, an `io-ended` signal) and the
   transfers are *not* done: the drain releases what the commit did not take;
 - its operation's hit was never allocated (an `allocation-fields` field
   `is None`, or before the block allocates it): no read ever ran.
 Anywhere else a read may still be writing into the slots (sglang PR #31668).
+The flag itself may be set only where every pool transfer has ended.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
-from lint.analysis.roles import DONE
+from lint.protocol import DONE
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class State:
     done: Optional[bool] = None  # what the path knows of pool_transfers_done
     io_ended: bool = False  # the operation's IO has ended (the final ACK)
     unallocated: bool = False  # before the operation's hit is allocated: no read ever ran
+    pools_ended: bool = False  # every pool transfer has ended (a `pools-ended` signal holds)
 
     def learn(self, facts: Mapping[str, bool]) -> "State":
         return replace(self, **facts) if facts else self
@@ -30,11 +34,13 @@ class State:
     def joined(self, bound: "State") -> "State":
         """The state of a value taken under `bound`, used under this one."""
         return State(self.done if self.done is not None else bound.done,
-                     self.io_ended or bound.io_ended, self.unallocated or bound.unallocated)
+                     self.io_ended or bound.io_ended, self.unallocated or bound.unallocated,
+                     self.pools_ended or bound.pools_ended)
 
     @property
     def safe(self) -> bool:
-        return self.unallocated or self.done is True or (self.done is False and self.io_ended)
+        return (self.unallocated or self.pools_ended or self.done is True
+                or (self.done is False and self.io_ended))
 
     def why_unsafe(self) -> str:
         if self.io_ended:
@@ -73,6 +79,7 @@ class Signals:
 
     io_ended: frozenset[str]  # attributes (or methods) true once the operation's IO ended
     allocation: frozenset[str]  # fields holding an operation's allocated hit (None before)
+    pools_ended: frozenset[str] = frozenset()  # attributes (or methods) true once every pool transfer ended
 
     def facts(self, expr: ast.AST, holds: bool, aliases: Mapping[str, ast.expr],
               is_sidecar: Callable[[ast.AST], bool]) -> dict[str, bool]:
@@ -95,11 +102,15 @@ class Signals:
             return {"done": holds}
         if self._io_ended(expr):
             return {"io_ended": True} if holds else {}
+        if self._pools_ended(expr):
+            return {"pools_ended": True} if holds else {}
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.comparators[0], ast.Constant):
             op, constant = expr.ops[0], expr.comparators[0].value
             positive = isinstance(op, (ast.Eq, ast.Is))
             if constant is None and positive != isinstance(op, (ast.NotEq, ast.IsNot)):
                 left = expr.left
+                if self._pools_ended(left):  # `ack.pool_hits is not None`: the pool get's result arrived
+                    return {"pools_ended": True} if holds != positive else {}
                 if (isinstance(left, ast.Attribute) and left.attr in self.allocation
                         and not is_sidecar(left.value) and positive == holds):
                     return {"unallocated": True}
@@ -112,6 +123,13 @@ class Signals:
         if isinstance(expr, ast.Call) and not expr.args and not expr.keywords:
             expr = expr.func
         return isinstance(expr, ast.Attribute) and expr.attr in self.io_ended
+
+    def _pools_ended(self, expr: ast.AST) -> bool:
+        """`ack.pool_hits`, or a call of a `pools-ended` method (with any arguments)."""
+        if isinstance(expr, ast.Call):
+            expr = expr.func
+        name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+        return name in self.pools_ended
 
     def allocates(self, stmt: ast.stmt, is_sidecar: Callable[[ast.AST], bool]) -> bool:
         """`stmt` stores an operation's hit allocation (not a sidecar element's slots)."""

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 import libcst as cst
-import libcst.matchers as m
 
 from lint.analysis.body import Body, StmtRec, bound_names, covered, single_target
 from lint.analysis.reduce import ReduceSite
@@ -19,13 +18,14 @@ from lint.analysis.roles import Roles, done_polarities
 from lint.cstutil import (
     POLICIES,
     VOTING_POLICIES,
-    FALSE,
     and_operands,
     is_false_constant,
+    is_name,
     names_read,
     policy_test,
     reads_completion,
 )
+from lint.protocol import COMPLETION, OTHER_LOCAL, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 from lint.unit import ParsedMethod
 
 
@@ -36,12 +36,6 @@ class Problem:
     line: int
 
 
-# What a guard forces to "no" and what its condition reads decide its shape.
-COMPLETION = "completion"  # forces the completion predicate: the spec's form (D3)
-VOTE_FORCING = "vote-forcing"  # forces the vote, conditioned on completion: upstream's form
-VOTE_KEYED = "vote-keyed"  # forces the vote, conditioned on the vote itself
-TRANSFERS_ONLY = "transfers-only"  # forces the vote on the transfer state alone
-OTHER_LOCAL = "other-local"  # forces some other local
 
 
 @dataclass
@@ -189,9 +183,10 @@ class _Finder:
         targets: list[str] = []
         returns = False
         for small in smalls:
-            if m.matches(small, m.Return(value=FALSE)):
+            if isinstance(small, cst.Return) and is_false_constant(small.value):
                 returns = True
-            elif m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=FALSE)):
+            elif (isinstance(small, cst.Assign) and len(small.targets) == 1 and is_name(small.targets[0].target)
+                  and is_false_constant(small.value)):
                 targets.append(single_target(small) or "")
             elif not isinstance(small, (cst.Pass, cst.Expr)):
                 return None

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
 from lint.analysis.body import Body, covered, single_target
 from lint.cstutil import (
@@ -21,6 +20,7 @@ from lint.cstutil import (
     attributes_named,
     children,
     dotted_name,
+    is_name,
     last_part,
     looks_boolean,
     names_read,
@@ -29,8 +29,7 @@ from lint.cstutil import (
     reads_completion,
     string_value,
 )
-
-DONE = "pool_transfers_done"
+from lint.protocol import DONE
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,10 @@ def op_param(func: cst.FunctionDef) -> Optional[str]:
     return params[0] if params else None
 
 
-_STUB_LINE = m.Pass() | m.Raise() | m.Expr(value=m.Ellipsis() | m.SimpleString() | m.ConcatenatedString())
+def _stub_line(small: cst.CSTNode) -> bool:
+    """`pass`, `raise ...`, `...` or a docstring."""
+    return isinstance(small, (cst.Pass, cst.Raise)) or (
+        isinstance(small, cst.Expr) and isinstance(small.value, (cst.Ellipsis, cst.SimpleString, cst.ConcatenatedString)))
 
 
 def skip_reason(func: cst.FunctionDef, method: str) -> Optional[str]:
@@ -64,7 +66,7 @@ def skip_reason(func: cst.FunctionDef, method: str) -> Optional[str]:
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         for small in stmt.body:
-            if m.matches(small, _STUB_LINE):
+            if _stub_line(small):
                 continue
             if isinstance(small, cst.Return) and _is_delegation(small.value, method):
                 continue
@@ -74,10 +76,9 @@ def skip_reason(func: cst.FunctionDef, method: str) -> Optional[str]:
 
 def _is_delegation(value: Optional[cst.CSTNode], method: str) -> bool:
     """`return super().m(...)` or `return <something>.m(...)` for the same method."""
-    if not m.matches(value, m.Call(func=m.Attribute())):
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
         return False
-    assert isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-    is_super = m.matches(value.func.value, m.Call(func=m.Name("super")))
+    is_super = isinstance(value.func.value, cst.Call) and is_name(value.func.value.func, "super")
     return is_super or value.func.attr.value == method
 
 
@@ -94,7 +95,7 @@ def done_polarities(expr: cst.CSTNode, aliases: dict[str, bool], negated: bool =
     """For each read of the done flag in `expr`: True when it is read negated."""
     if isinstance(expr, cst.Attribute) and DONE in expr.attr.value:
         return [negated]
-    if isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("getattr")):
+    if isinstance(expr, cst.Call) and is_name(expr.func, "getattr"):
         key = string_value(expr.args[1].value) if len(expr.args) >= 2 else None
         if key is not None and DONE in key:
             return [negated]
@@ -105,7 +106,7 @@ def done_polarities(expr: cst.CSTNode, aliases: dict[str, bool], negated: bool =
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
         target = expr.comparisons[0]
         constant = target.comparator
-        if m.matches(constant, m.Name("True") | m.Name("False")):
+        if is_name(constant, "True", "False"):
             assert isinstance(constant, cst.Name)
             flip = (constant.value == "False") != isinstance(target.operator, (cst.NotEqual, cst.IsNot))
             return done_polarities(expr.left, aliases, negated != flip)

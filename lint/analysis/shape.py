@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
 
 from lint.analysis.body import Body, covered, single_target
-from lint.analysis.guard import COMPLETION, PLACEMENT_LABELS, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED, Guard
+from lint.analysis.guard import PLACEMENT_LABELS, Guard
 from lint.analysis.reduce import ReduceSite
 from lint.analysis.roles import Roles
-from lint.cstutil import POLICIES, attributes_named, names_read, one_minus, or_operands, policy_test, strip_casts, walk
+from lint.cstutil import (POLICIES, attributes_named, is_name, names_read, one_minus, or_operands, policy_test,
+                          strip_casts, walk)
 from lint.locate import ClassIndex, ast_has_min_cap
+from lint.protocol import COMPLETION, FEATURE_NAMES, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 
 _BUILTINS = frozenset(dir(builtins))
 
@@ -30,16 +31,6 @@ KEY_LABELS = {
     VOTE_KEYED: "the vote",
     TRANSFERS_ONLY: "transfer state only",
 }
-FEATURE_NAMES = (
-    "policies",
-    "guard",
-    "guard-key",
-    "guard-placement",
-    "combine",
-    "reduce-op",
-    "reduce-payload",
-    "timeout-cap",
-)
 
 
 @dataclass
@@ -118,6 +109,14 @@ class _Classifier:
         return found
 
 
+def _sets_true(small: cst.CSTNode, vote: Optional[str]) -> bool:
+    """`return True`, or `<vote> = True`."""
+    if isinstance(small, cst.Return):
+        return is_name(small.value, "True")
+    return (vote is not None and isinstance(small, cst.Assign) and len(small.targets) == 1
+            and is_name(small.targets[0].target, vote) and is_name(small.value, "True"))
+
+
 def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], kinds: Optional[list[str]],
                  def_line: int) -> tuple[str, int]:
     """How the vote is combined with "already terminated"; `kinds` is the reduce payload, normalized."""
@@ -136,11 +135,8 @@ def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], kinds: 
             continue
         if isinstance(node, cst.If):
             # `if <any rank terminated>: return True` (or `vote = True`)
-            sets_true = m.Return(value=m.Name("True"))
-            if vote is not None:
-                sets_true |= m.Assign(targets=[m.AssignTarget(m.Name(vote))], value=m.Name("True"))
             body_sets_true = any(
-                m.matches(s, m.SimpleStatementLine(body=[m.ZeroOrMore(), sets_true, m.ZeroOrMore()]))
+                isinstance(s, cst.SimpleStatementLine) and any(_sets_true(small, vote) for small in s.body)
                 for s in node.body.body)
             if body_sets_true and classify(node.test) == {"terminated"}:
                 return combined, rec.line
@@ -213,7 +209,7 @@ def find_timeout_cap(body: Body, index: ClassIndex, def_line: int) -> tuple[Opti
                 attr = sub.attr.value
                 if attr in index.methods:
                     ast_roots.append(index.methods[attr])
-                ast_roots.extend(index.attribute_values.get(attr, []))
+                ast_roots.extend(index.values_of(attr))
     capped = ast_has_min_cap(ast_roots, index) if ast_roots else False
     if capped:
         return True, branch[0].line

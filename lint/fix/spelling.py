@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import libcst as cst
 
-from lint.analysis.roles import DONE
+from lint.protocol import DONE
 from lint.cstutil import dotted_name, walk
 
 if TYPE_CHECKING:

@@ -4,12 +4,13 @@ stable; see lint/README.md."""
 
 from __future__ import annotations
 
-from lint.rules.base import ERROR, WARNING, GroupRule, Invalid, MethodRule, Rule, SuppressionRule, Valid
+from lint.rules.base import ERROR, INFO, WARNING, GroupRule, Invalid, MethodRule, NoteRule, Rule, SuppressionRule, Valid
 from lint.rules.drift import AlignmentDrift
 from lint.rules.guard_key import GuardKey
 from lint.rules.guard_missing import GuardMissing
 from lint.rules.guard_placement import GuardPlacement
 from lint.rules.guard_upstream import VoteForcingGuard
+from lint.rules.pools_unseen import PoolsUnseen
 from lint.rules.sidecar_commit import SidecarCommitGuard
 from lint.rules.suppressions import InvalidSuppression, UnusedSuppression
 
@@ -22,6 +23,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     InvalidSuppression,
     VoteForcingGuard,
     SidecarCommitGuard,
+    PoolsUnseen,
 )
 RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}
 RULES_BY_NAME = {rule.name: rule for rule in ALL_RULES}
@@ -36,6 +38,7 @@ def level_of(code: str) -> str:
 __all__ = [
     "ALL_RULES",
     "ERROR",
+    "INFO",
     "FIXABLE_CODES",
     "RULES_BY_CODE",
     "RULES_BY_NAME",
@@ -44,6 +47,7 @@ __all__ = [
     "GroupRule",
     "Invalid",
     "MethodRule",
+    "NoteRule",
     "Rule",
     "SuppressionRule",
     "Valid",

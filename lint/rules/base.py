@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 ERROR = "error"  # fails the run (exit 1)
 WARNING = "warning"  # reported; exit 0 unless the configuration fails on warnings
+INFO = "info"  # a note: never fails the run
 
 
 Table = dict[str, Any]  # a [tool.hicache-lint] table; examples are linted as "example.py"
@@ -43,6 +44,26 @@ class Invalid:
     fixed: Optional[str] = None
     message: Optional[str] = None
     config: Optional[Table] = None
+
+
+# Appended to an example whose class shows no extra pools of its own: a method
+# that brings them in and an operation that defines their completion flag, so
+# that a guard is owed there (lint/pools.py). Line numbers above it are kept.
+POOLED_TAIL = '''
+    def start_prefetch(self, request, pool_transfers):
+        return PrefetchOperation(request, pool_transfers)
+
+
+class PrefetchOperation:
+    def __init__(self, request, pool_transfers):
+        self.request = request
+        self.pool_transfers = pool_transfers
+        self.pool_transfers_done = not pool_transfers
+'''
+
+
+def with_pools(example: str) -> str:
+    return example + POOLED_TAIL
 
 
 def fenced(*classes: str, method: str = "can_terminate_prefetch") -> Table:
@@ -91,3 +112,9 @@ class SuppressionRule(Rule):
     """Reported by lint.suppress while applying suppression comments."""
 
     suppressible = False
+
+
+class NoteRule(Rule):
+    """Reported by the linter itself (lint/guard_owed.py), never by a check of its own."""
+
+    level = INFO

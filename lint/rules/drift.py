@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
-from lint.analysis import FEATURE_NAMES, MethodAnalysis
+from lint.protocol import FEATURE_NAMES
 from lint.rules.base import GroupRule, Invalid
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 ALIGNED = '''
 import time
@@ -137,7 +140,7 @@ class AlignmentDrift(GroupRule):
         Invalid(MIN_REDUCE, line=35, message="'reduce-op'"),
     )
 
-    def check_group(self, methods: list[MethodAnalysis]) -> Iterable[Finding]:
+    def check_group(self, methods: list["MethodAnalysis"]) -> Iterable[Finding]:
         active = [m for m in methods if m.skip_reason is None and m.guard_in_decision]
         if len(active) < 2:
             return

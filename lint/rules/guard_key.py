@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
-from lint.analysis import MethodAnalysis
-from lint.analysis.guard import OTHER_LOCAL, TRANSFERS_ONLY, VOTE_KEYED
-from lint.rules.base import Invalid, MethodRule, fenced
+from lint.protocol import OTHER_LOCAL, TRANSFERS_ONLY, VOTE_KEYED
+from lint.rules.base import Invalid, MethodRule, fenced, with_pools
 from lint.rules.guard_missing import GUARDED
 from lint.rules.guard_upstream import FORCES_VOTE, SINGLE_RANK_RETURN
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 KEYED_ON_VOTE = '''
 import torch
@@ -68,7 +70,7 @@ class HiRadixCache:
 KEYED_ON_VOTE_FIXED = KEYED_ON_VOTE.replace(
     "        if can_terminate and operation.pool_transfers", "        if completed and operation.pool_transfers")
 
-FOLDED_ON_TRANSFERS = '''
+FOLDED_ON_TRANSFERS = with_pools('''
 class Cache:
     def can_terminate_prefetch(self, op):
         completed = op.completed_tokens == len(op.hash_value) * self.page_size
@@ -77,7 +79,7 @@ class Cache:
             can_terminate = completed
         can_terminate = can_terminate and op.pool_transfers_done
         return can_terminate
-'''
+''')
 
 FOLDED_ON_TRANSFERS_FIXED = FOLDED_ON_TRANSFERS.replace(
     "        can_terminate = can_terminate and op.pool_transfers_done\n",
@@ -120,7 +122,7 @@ class GuardKey(MethodRule):
             "        return completed\n"), line=8, message="transfer state"),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         if not method.guard_in_decision:
             return  # configured: the check lives in the commit path (HC108)
         pred = f"'{sorted(method.predicates)[0]}'" if method.predicates else "a completion predicate local"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
-from lint.analysis import MethodAnalysis
-from lint.rules.base import Invalid, MethodRule, fenced
+from lint.rules.base import POOLED_TAIL, Invalid, MethodRule, fenced, with_pools
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 GUARDED = '''
 import time
@@ -104,7 +106,7 @@ GETATTR_FILE_FIXED = GETATTR_FILE_UNGUARDED.replace(
 ''')
 
 # Nothing in the file says which pool fields the snapshot has: no fix is offered.
-NO_EVIDENCE = '''
+NO_EVIDENCE = with_pools('''
 class Cache:
     def can_terminate_prefetch(self, operation):
         progress = operation.progress()
@@ -112,7 +114,7 @@ class Cache:
         if self.prefetch_stop_policy == "wait_complete":
             return completed
         return completed or self.timed_out(operation)
-'''
+''')
 
 
 class GuardMissing(MethodRule):
@@ -172,7 +174,7 @@ class Cache:
         if completed and op.pool_transfers_done:
             completed = False
         return completed
-''', line=3),
+''' + POOLED_TAIL, line=3),
         # the check is there, but it only logs
         Invalid('''
 class Cache:
@@ -181,10 +183,10 @@ class Cache:
         if completed and not op.pool_transfers_done:
             self.log.warning("extra pools still loading for %s", op.request_id)
         return completed
-''', line=3, message="line 5 forces nothing to no"),
+''' + POOLED_TAIL, line=3, message="line 5 forces nothing to no"),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         if not method.guard_in_decision:
             return  # configured: the check lives in the commit path (HC108)
         if method.guards:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
-from lint.analysis import MethodAnalysis
-from lint.rules.base import Invalid, MethodRule
+from lint.rules.base import POOLED_TAIL, Invalid, MethodRule
 from lint.rules.guard_missing import GUARDED
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 AFTER_REDUCE = '''
 import torch
@@ -140,7 +142,7 @@ class Cache:
         elif self.prefetch_stop_policy == "timeout":
             can_terminate = completed or self.timed_out(op)
         return can_terminate
-''', line=6, message="'can_terminate' is bound again at line 9"),
+''' + POOLED_TAIL, line=6, message="'can_terminate' is bound again at line 9"),
         # an earlier return on the wait_complete path hands out "yes" around the guard
         Invalid('''
 class Cache:
@@ -151,7 +153,7 @@ class Cache:
         if completed and not op.pool_transfers_done:
             completed = False
         return completed or self.timed_out(op)
-''', line=7, message="bypasses it"),
+''' + POOLED_TAIL, line=7, message="bypasses it"),
         # early-return guard ahead of the collective
         Invalid('''
 class Cache:
@@ -162,7 +164,7 @@ class Cache:
         can_terminate = completed
         flags = self.reducer.all_reduce_max([1 - int(can_terminate), int(op.is_terminated())], name="t")
         return flags[0] == 0 or flags[1] == 1
-''', line=5, message="skip the collective"),
+''' + POOLED_TAIL, line=5, message="skip the collective"),
         # the predicate was already folded into the vote
         Invalid('''
 class Cache:
@@ -172,7 +174,7 @@ class Cache:
         if completed and not op.pool_transfers_done:
             completed = False
         return can_terminate
-''', line=6, message="already used"),
+''' + POOLED_TAIL, line=6, message="already used"),
         # only the wait_complete path is guarded
         Invalid('''
 class Cache:
@@ -185,10 +187,10 @@ class Cache:
         else:
             can_terminate = completed or self.timed_out(op)
         return can_terminate
-''', line=6, message="timeout path votes without it"),
+''' + POOLED_TAIL, line=6, message="timeout path votes without it"),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         if not method.guard_in_decision:
             return  # configured: the check lives in the commit path (HC108)
         for guard in method.guards:

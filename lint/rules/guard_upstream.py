@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from lint.analysis import MethodAnalysis
-from lint.analysis.guard import VOTE_FORCING
+from lint.protocol import VOTE_FORCING
 from lint.findings import Finding
 from lint.rules.base import WARNING, Invalid, MethodRule, Valid, fenced
 from lint.rules.guard_missing import GUARDED
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 # Hand-written in the shape of SGLang's HiRadixCache after PR #27550: the guard
 # after the policy branches, conditioned on completion, forcing the vote; the
@@ -144,7 +146,7 @@ class Cache:
         Invalid(SINGLE_RANK_RETURN, line=5, message="forces the result"),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         if not method.guard_in_decision:
             return  # configured: the check lives in the commit path (HC108)
         pred = f"'{sorted(method.predicates)[0]}'" if method.predicates else "the completion predicate"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from lint.analysis import MethodAnalysis
 from lint.findings import Finding
 from lint.rules.base import EXAMPLE_PATH, Invalid, MethodRule, Table, Valid
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
 
 # Hand-written in the shape of SGLang's 0.5.2x UnifiedRadixCache (no HiRadixCache
 # there): the decision votes only the timeout; check_prefetch_progress terminates
@@ -81,6 +83,29 @@ class UnifiedRadixCache:
         self.release(operation.host_indices, operation.pool_transfers if operation.pool_transfers_done else None)
 '''
 
+# The flag says every pool transfer ended: the drain may set it only when the
+# pool get's own ACK (its hits) has arrived.
+POOL_ACK = '''
+class UnifiedRadixCache:
+    def _can_terminate_prefetch(self, operation):
+        return self._prefetch_timed_out(operation)
+
+    def _drain_control_queues(self, agreed):
+        for ack in self.ack_queue.take(agreed):
+            operation = ack.operation
+            if ack.pool_hits is not None:
+                operation.pool_hit_pages.update(ack.pool_hits)
+                operation.pool_transfers_done = True
+            if ack.completed_req and operation.pool_transfers_done:
+                self.commit(operation, operation.pool_transfers)
+'''
+
+POOL_ACK_CONFIG: Table = {"implementations": [{
+    "method": f"{EXAMPLE_PATH}::UnifiedRadixCache._can_terminate_prefetch",
+    "guard": "commit",
+    "commit": ["_drain_control_queues"],
+}]}
+
 FINAL_ACK_CONFIG: Table = {"implementations": [{
     "method": f"{EXAMPLE_PATH}::UnifiedRadixCache._can_terminate_prefetch",
     "guard": "commit",
@@ -106,15 +131,22 @@ class SidecarCommitGuard(MethodRule):
     hit was allocated (no read ran). Inserting a sidecar hit whose read is
     still running pairs KV with half-written pages, and releasing its slots
     lets the read write into memory someone else now owns (the use-after-free
-    of sglang PR #31668). Reported at each such place, or once when no commit
-    method checks the flag at all."""
+    of sglang PR #31668). The flag itself may turn true only where every pool
+    transfer has ended (a `pools-ended` signal: the pool get's ACK carries
+    its hits). Sidecars taken by unpacking a stored record (`*_, comp_xfers =
+    info`) are followed by name. Reported at each such place, or once when no
+    commit method checks the flag at all. With no configuration, a decision
+    method that never reads completion, in a class that defines one of
+    `commit-methods`, is checked this way."""
 
     code = "HC108"
     name = "sidecar-commit-guard"
     summary = "sidecar results committed or released while their reads may still run"
     clauses = ("F5", "F3")
 
-    VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG), Valid(FINAL_ACK, FINAL_ACK_CONFIG))
+    VALID = (Valid(ACK_DRAIN, ACK_DRAIN_CONFIG), Valid(FINAL_ACK, FINAL_ACK_CONFIG), Valid(POOL_ACK, POOL_ACK_CONFIG),
+             # nothing configured: the defaults recognize the ACK drain by its commit methods
+             Valid(ACK_DRAIN.replace("_drain_prefetch_acks", "_drain_storage_control_queues_impl")))
     INVALID = (
         # sidecar hits inserted whatever the state of their reads
         Invalid(ACK_DRAIN.replace(
@@ -151,9 +183,12 @@ class SidecarCommitGuard(MethodRule):
         # an abort releases the sidecar of an operation whose read may be running
         Invalid(FINAL_ACK.replace("if operation.host_indices is None:", "if operation.revoked:"),
                 line=18, config=FINAL_ACK_CONFIG),
+        # the flag turns true with any ACK, before the pool get's hits are in
+        Invalid(POOL_ACK.replace("            if ack.pool_hits is not None:\n", "            if ack.completed_tokens:\n"),
+                line=11, message="sets pool_transfers_done to True where no test shows", config=POOL_ACK_CONFIG),
     )
 
-    def check(self, method: MethodAnalysis) -> Iterable[Finding]:
+    def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
         path = method.commit
         if path is None or not path.methods:
             return
@@ -168,10 +203,11 @@ class SidecarCommitGuard(MethodRule):
             return
         for use in path.unguarded:
             through = f" (through {use.where}, called at line {use.called_at})" if use.where else ""
-            yield self._finding(
-                method, cls, use.method, use.line, use.col,
-                f"{cls}.{use.method}{through} commits or releases sidecar results ('{use.what}') {use.why}")
+            what = (f"sets {use.what}" if use.sets_flag
+                    else f"commits or releases sidecar results ('{use.what}')")
+            yield self._finding(method, cls, use.method, use.line, use.col,
+                                f"{cls}.{use.method}{through} {what} {use.why}")
 
-    def _finding(self, method: MethodAnalysis, cls: str, name: str, line: int, col: int, message: str) -> Finding:
+    def _finding(self, method: "MethodAnalysis", cls: str, name: str, line: int, col: int, message: str) -> Finding:
         assert method.commit is not None
         return Finding(method.path, line, col, self.code, message, f"{cls}.{name}", method.commit.def_lines[name])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = Path(__file__).resolve().parent / "samples"
+SUMMARY = re.compile(r"^hicache-lint: \d+ methods? checked in ")
+
+
+class Run(subprocess.CompletedProcess):
+    """A finished `python -m lint`: `errors` is stderr without the summary line, `summary` that line."""
+
+    @property
+    def errors(self) -> str:
+        return "".join(line for line in self.stderr.splitlines(keepends=True) if not SUMMARY.match(line))
+
+    @property
+    def summary(self) -> str:
+        return next((line for line in self.stderr.splitlines() if SUMMARY.match(line)), "")
 
 
 @pytest.fixture
@@ -20,15 +34,16 @@ def samples() -> Path:
 
 @pytest.fixture
 def run_cli():
-    """Run `python -m lint ...` in a subprocess; returns CompletedProcess."""
+    """Run `python -m lint ...` in a subprocess; returns a `Run`."""
 
     def run(*args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "lint", *args],
             cwd=str(cwd or REPO), env=env, capture_output=True, text=True, timeout=timeout,
         )
+        return Run(proc.args, proc.returncode, proc.stdout, proc.stderr)
 
     return run
 

@@ -18,7 +18,7 @@ def commit_entry(extra: str = "") -> str:
 
 
 COMMIT_ENTRY = commit_entry()
-DECISION_ENTRY = '"unified.py::UnifiedRadixCache._can_terminate_prefetch"'
+DECISION_ENTRY = '{method = "unified.py::UnifiedRadixCache._can_terminate_prefetch", guard = "decision"}'
 
 HANDLE_GATE = (
     "        if operation.pool_transfers_done:\n"
@@ -37,6 +37,13 @@ FINAL_ACK_CALL = (
     "                    operation.host_indices[operation.completed_tokens :],\n"
     "                    operation.pool_transfers if not operation.pool_transfers_done else None,\n"
     "                )\n")
+POOL_ACK = ("                if ack.pool_hits is not None and current:\n"
+            "                    operation.pool_hit_pages.update(ack.pool_hits)\n"
+            "                    operation.pool_transfers_done = True\n")
+ABORT_RETIRE = ("        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+                "        self._retire(\n"
+                "            request,\n"
+                "            pending.host_indices[:completed_tokens],\n" + ABORT_RELEASE + "        )\n")
 ABORT_CALL = (
     "        self._retire(\n"
     "            request,\n"
@@ -63,6 +70,26 @@ INVALID = [
      "        if pending.operation.is_terminated():\n", 113,
      "UnifiedRadixCache.release_aborted_request (through revoke_pending_prefetch, called at line 98) commits or releases sidecar "
      "results ('comp_xfers') outside"),
+    ("the drain sets the flag on every ACK, not only once the pool get's hits arrived", POOL_ACK,
+     "                operation.pool_transfers_done = True\n"
+     "                if ack.pool_hits is not None and current:\n"
+     "                    operation.pool_hit_pages.update(ack.pool_hits)\n", 156,
+     "UnifiedRadixCache._drain_storage_control_queues (through drain_prefetch_acks, called at line 169) sets "
+     "pool_transfers_done to True where no test shows that every pool transfer has ended"),
+    ("the drain sets the flag with the KV progress", POOL_ACK,
+     "                if ack.completed_tokens is not None and current:\n"
+     "                    operation.pool_transfers_done = True\n", 157, "sets pool_transfers_done to True"),
+    ("the abort takes comp_xfers by unpacking the record, and releases it unchecked", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        *_, comp_xfers = pending\n"
+     "        self._retire(request, pending.host_indices[:completed_tokens],\n"
+     "                     [t for group in comp_xfers.values() for t in group])\n", 103,
+     "UnifiedRadixCache.release_aborted_request commits or releases sidecar results ('comp_xfers') outside"),
+    ("the abort unpacks the record by position, and releases it unchecked", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        operation, anchor, host_indices, comp_xfers = pending\n"
+     "        self._retire(request, host_indices[:completed_tokens], [t for group in comp_xfers.values() for t in group])\n",
+     102, "('comp_xfers') outside"),
     ("the drain revokes after the allocation started a read", PARK_OR_RUN,
      PARK_OR_RUN + "                elif operation.is_terminated():\n"
                    "                    self.revoke_pending_prefetch(operation.request)\n", 113,
@@ -70,6 +97,16 @@ INVALID = [
 ]
 
 VALID = [
+    ("the abort unpacks the record and keeps the check", ABORT_RETIRE,
+     "        completed_tokens = self.controller.terminate_prefetch(pending.operation)\n"
+     "        *_, comp_xfers = pending\n"
+     "        owned = [t for group in comp_xfers.values() for t in group]\n"
+     "        self._retire(request, pending.host_indices[:completed_tokens],\n"
+     "                     owned if pending.operation.pool_transfers_done else None)\n"),
+    ("the flag is set once the pool hits are in, tested for truth", POOL_ACK,
+     "                if ack.pool_hits and current:\n"
+     "                    operation.pool_hit_pages.update(ack.pool_hits)\n"
+     "                    setattr(operation, \"pool_transfers_done\", True)\n"),
     ("the final ACK's release as an if statement", FINAL_ACK_CALL,
      "                if not operation.pool_transfers_done:\n"
      "                    controller.release_host(operation.host_indices[operation.completed_tokens :],\n"
@@ -116,13 +153,13 @@ def changed(old: str, new: str) -> str:
 def test_the_sample_is_clean_when_the_check_is_configured_in_the_commit_path(checkout, run_cli):
     for args in (["--repo"], ["unified.py"]):
         proc = run_cli(*args, cwd=checkout())
-        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), args
+        assert (proc.returncode, proc.stdout, proc.errors) == (0, "", ""), args
 
 
 @pytest.mark.parametrize("case, old, new", VALID, ids=[v[0] for v in VALID])
 def test_other_correct_spellings_are_clean(checkout, run_cli, case, old, new):
     proc = run_cli("--repo", cwd=checkout(text=changed(old, new)))
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), case
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", ""), case
 
 
 @pytest.mark.parametrize("case, old, new, line, message", INVALID, ids=[v[0] for v in INVALID])
@@ -148,15 +185,22 @@ def test_the_final_ack_and_the_allocation_are_configured_names(checkout, run_cli
     assert finding.startswith("unified.py:113:") and "(through revoke_pending_prefetch, called at line " in finding
 
 
-def test_without_the_configuration_the_decision_method_is_judged_as_if_it_held_the_guard(checkout, run_cli):
+def test_the_architecture_is_recognized_without_configuration(checkout, run_cli):
     # configured as a plain decision method, the timeout-only vote has no guard: the
-    # configuration is what makes the verdict true for this shape
+    # configuration decides, and is what makes that verdict
     proc = run_cli("--repo", cwd=checkout(DECISION_ENTRY))
     assert codes(proc) == ["HC101"] and proc.returncode == 1
-    # nothing configured: nothing named can_terminate_prefetch, nothing said
+    # nothing configured: a decision that never reads completion, in a class with the
+    # ACK drain's commit methods, is checked there (HC108), and the sample is clean
     plain = checkout()
     (plain / "pyproject.toml").unlink()
-    assert run_cli("unified.py", cwd=plain).stdout == ""
+    proc = run_cli("unified.py", cwd=plain)
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
+    assert proc.summary.startswith("hicache-lint: 1 method checked in 1 of 1 file: 0 errors")
+    ungated = changed(HANDLE_GATE, HANDLE_UNGATED)
+    (plain / "unified.py").write_text(ungated)
+    proc = run_cli("unified.py", cwd=plain)
+    assert codes(proc) == ["HC108"] and proc.returncode == 1
 
 
 def test_a_suppression_on_the_commit_method_silences_it(checkout, run_cli):
@@ -172,6 +216,6 @@ def test_a_missing_commit_method_is_a_configuration_error(checkout, run_cli):
     entry = COMMIT_ENTRY.replace("_drain_storage_control_queues", "_drain_queues")
     proc = run_cli("--repo", cwd=checkout(entry))
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
+    assert proc.errors.splitlines() == [
         "unified.py: error: implementation 'unified.py::UnifiedRadixCache._can_terminate_prefetch': "
         "class UnifiedRadixCache has no commit method _drain_queues"]

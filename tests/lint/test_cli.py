@@ -20,6 +20,10 @@ GUARDLESS = (
     "    def can_terminate_prefetch(self, op):\n"
     "        completed = op.completed_tokens == len(op.hash_value) * self.page_size\n"
     "        return completed\n"
+    "\n"
+    "    def start_prefetch(self, op, transfers):  # extra pools, and their completion flag: a guard is owed\n"
+    "        op.pool_transfers = transfers\n"
+    "        op.pool_transfers_done = not transfers\n"
 )
 
 
@@ -32,14 +36,14 @@ def tree(tmp_path, samples) -> Path:
 
 def test_exit_0_when_clean(tree, run_cli):
     proc = run_cli("good.py", cwd=tree)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert (proc.returncode, proc.stdout, proc.errors) == (0, "", "")
 
 
 def test_exit_1_with_findings(tree, run_cli):
     proc = run_cli("good.py", "bad.py", cwd=tree)
     assert proc.returncode == 1
     assert proc.stdout.splitlines()[0].startswith("bad.py:2:5: HC101 Cache.can_terminate_prefetch has no")
-    assert proc.stderr == ""
+    assert proc.errors == ""
 
 
 BAD_INPUTS = {
@@ -59,14 +63,14 @@ def test_bad_input_is_one_line_exit_2_and_other_files_still_linted(tree, run_cli
     (tree / name).write_bytes(data)
     proc = run_cli(name, "bad.py", cwd=tree)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [expected]
+    assert proc.errors.splitlines() == [expected]
     assert "HC101" in proc.stdout  # bad.py was still linted
 
 
 def test_missing_path(tree, run_cli):
     proc = run_cli("nope.py", "bad.py", cwd=tree)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == ["nope.py: error: no such file or directory"]
+    assert proc.errors.splitlines() == ["nope.py: error: no such file or directory"]
     assert "HC101" in proc.stdout
 
 
@@ -75,7 +79,7 @@ def test_all_bad_inputs_together(tree, run_cli):
         (tree / name).write_bytes(data)
     proc = run_cli(*BAD_INPUTS, "nope.py", "good.py", cwd=tree)
     assert proc.returncode == 2
-    assert len(proc.stderr.splitlines()) == len(BAD_INPUTS) + 1
+    assert len(proc.errors.splitlines()) == len(BAD_INPUTS) + 1
     assert "Traceback" not in proc.stderr
 
 
@@ -109,20 +113,21 @@ def test_prefilter_skips_files_without_a_method_name(tmp_path):
 def test_usage_errors(run_cli, tmp_path):
     proc = run_cli(cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
+    assert proc.errors.splitlines() == [
         "hicache-lint: error: no paths given; pass files or directories, or --repo"]
     proc = run_cli("--repo", "x.py", cwd=tmp_path)
     assert proc.returncode == 2 and "--repo" in proc.stderr
     proc = run_cli("--format", "xml", "x.py", cwd=tmp_path)
-    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert proc.returncode == 2 and len(proc.errors.splitlines()) == 1
 
 
 def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out] == [
-        "HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107", "HC108"]
-    assert out[-2].startswith("HC107 vote-forcing-guard [warning, fixable]: ")
+        "HC101", "HC102", "HC103", "HC104", "HC105", "HC106", "HC107", "HC108", "HC109"]
+    assert out[-3].startswith("HC107 vote-forcing-guard [warning, fixable]: ")
+    assert out[-1].startswith("HC109 pools-unseen [info]: ")
 
 
 def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
@@ -138,10 +143,10 @@ def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
 def test_skip_empty_for_hooks(tree, run_cli):
     (tree / "__init__.py").write_text("")
     proc = run_cli("__init__.py", "good.py", cwd=tree)
-    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+    assert proc.returncode == 2 and proc.errors.splitlines() == [
         "__init__.py: error: file is empty; expected Python source"]
     proc = run_cli("--skip-empty", "__init__.py", "good.py", cwd=tree)
-    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (proc.returncode, proc.errors) == (0, "")
 
 
 def test_version(run_cli):
@@ -194,7 +199,8 @@ def test_diff_previews_the_fix_and_writes_nothing(tmp_path, run_cli):
     assert proc.returncode == 1  # the finding is still there: nothing was written
     assert (tmp_path / "cache.py").read_text() == EVIDENT
     assert proc.stdout.startswith("--- a/cache.py\n+++ b/cache.py\n@@ ")
-    assert "+        if completed and not op.pool_transfers_done:\n+            completed = False\n" in proc.stdout
+    assert ("+        if completed and op.pool_transfers and not op.pool_transfers_done:\n"
+            "+            completed = False\n") in proc.stdout
     assert proc.stderr.startswith("fixed: cache.py: would fix: Cache.can_terminate_prefetch: inserted guard")
     # the patch is exactly what --fix writes
     applied = subprocess.run(["git", "apply", "--unsafe-paths", "-p1", "-"], input=proc.stdout, text=True,
@@ -221,7 +227,7 @@ def test_symlink_loops_and_dangling_links_are_one_line_each(tree, run_cli):
     make_links(tree)
     proc = run_cli("loop.py", "dangling.py", "pkg", "good.py", cwd=tree)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
+    assert proc.errors.splitlines() == [
         "dangling.py: error: dangling symbolic link to 'missing.py'; expected a file or directory",
         "loop.py: error: symbolic link loop; expected a file or directory",
         "pkg/cycle.py: error: symbolic link loop; expected a file or directory",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lint.api import fix_source, lint_paths, lint_source
 from lint.config import Config, from_table
-from lint.rules.base import fenced
+from lint.rules.base import POOLED_TAIL, fenced
 
 
 def fenced_config(*classes: str, root: Path | None = None) -> Config:
@@ -26,7 +26,7 @@ import torch  # trailing comment stays
 
 
 class  Weird :  # odd spacing stays
-  """Two-space indentation file."""
+  extra_pools = ("indexer",)  # a two-space indentation file
 
   def helper(self, op): return op.pool_transfers_done  # one-liner stays
 
@@ -135,7 +135,7 @@ def test_method_with_undented_string_falls_back_to_whole_module():
         "\n"
         "    def other(self, op):\n"
         "        return op.pool_transfers_done\n"
-    )
+    ) + POOLED_TAIL
     config = fenced_config("Cache")
     result = lint_source(text, config)
     assert [(f.code, f.line, f.col) for f in result.findings] == [("HC101", 2, 5)]
@@ -203,7 +203,7 @@ def test_unfixable_finding_is_reported_and_file_left_alone(tmp_path):
         "class Cache:\n"
         "    def can_terminate_prefetch(self, op):\n"
         "        return op.completed_tokens == len(op.hash_value) * self.page_size\n"
-    )
+    ) + POOLED_TAIL
     path.write_text(text)
     result = lint_paths([path], Config(root=tmp_path), fix=True)
     assert [(f.code, f.fixable) for f in result.findings] == [("HC101", False)]
@@ -222,7 +222,7 @@ class Cache:
         if completed and not op.pool_transfers_done:
             completed = False
         return completed or self.timed_out(op)
-'''
+''' + POOLED_TAIL
     (finding,) = [f for f in lint_source(text).findings if f.code == "HC103"]
     assert not finding.fixable
     assert fix_source(text) == text
@@ -237,7 +237,7 @@ class Cache:
             return False
         flags = self.reducer.all_reduce_max([1 - int(can_terminate), int(op.is_terminated())], name="t")
         return flags[0] == 0 or flags[1] == 1
-'''
+''' + POOLED_TAIL
 
 
 def test_early_return_guard_becomes_an_assignment_fenced():
@@ -264,7 +264,7 @@ class Cache:
         snap = operation.progress()
         completed = snap.completed_tokens == len(snap.hash_value) * self.page_size
         return completed
-'''
+''' + POOLED_TAIL
 
 SNAPSHOT_READER = '''
 class Other:
@@ -300,7 +300,7 @@ def test_decline_is_one_line_on_stderr(tmp_path, run_cli):
     proc = run_cli("--fix", "cache.py", cwd=tmp_path)
     assert proc.returncode == 1
     assert (tmp_path / "cache.py").read_text() == SNAPSHOT
-    (line,) = proc.stderr.splitlines()
+    (line,) = proc.errors.splitlines()
     assert line.startswith("cache.py: not fixed: Cache.can_terminate_prefetch: no read of pool_transfers_done "
                            "on 'snap' (the operation's progress())")
 
@@ -357,6 +357,6 @@ class Cache:
     proc = run_cli("--fix", "cache.py", cwd=tmp_path)
     assert proc.returncode == 1
     assert (tmp_path / "cache.py").read_text() == text
-    assert proc.stderr.splitlines() == [
+    assert proc.errors.splitlines() == [
         "cache.py: not fixed: Cache.can_terminate_prefetch: the fix would still leave HC103"]
     assert [line.split()[1] for line in proc.stdout.splitlines()] == ["HC101"]

@@ -70,7 +70,8 @@ def test_fix_restores_a_deleted_guard_that_lint_and_the_suite_accept(tmp_path, c
     assert "pool_transfers_present" in text.split("def can_terminate_prefetch")[1].split("def ")[0]
 
     again = run(["-m", "lint", "--repo"], repo)
-    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+    assert (again.returncode, again.stdout) == (0, "")
+    assert again.stderr.startswith("hicache-lint: 3 methods checked in 3 of 3 files: 0 errors, 0 warnings"), again.stderr
     passed = run(suite, repo)
     assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
     assert " passed" in passed.stdout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ def test_published_hooks():
     repo_wide = hooks["hicache-lint-repo"]
     assert repo_wide["entry"] == "hicache-lint --repo"
     assert repo_wide["pass_filenames"] is False and repo_wide["always_run"] is True
+    # a passing hook still shows its warnings and summary: pre-commit prints output only when verbose
+    assert repo_wide["verbose"] is True and hooks["hicache-lint"]["verbose"] is True
     per_file = hooks["hicache-lint"]
     assert per_file["entry"] == "hicache-lint --skip-empty"
     assert per_file["types"] == ["python"]
@@ -34,10 +38,13 @@ def test_this_repositorys_config_runs_the_repo_wide_hook():
     assert "caches/" in hook["files"]
 
 
-@pytest.mark.skipif(shutil.which("pre-commit") is None, reason="pre-commit is not installed")
+PRE_COMMIT = shutil.which("pre-commit", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
+@pytest.mark.skipif(PRE_COMMIT is None, reason="pre-commit is not installed")
 def test_pre_commit_accepts_both_files():
     for command, name in (("validate-manifest", ".pre-commit-hooks.yaml"),
                           ("validate-config", ".pre-commit-config.yaml")):
-        proc = subprocess.run(["pre-commit", command, name], cwd=REPO, capture_output=True,
+        proc = subprocess.run([PRE_COMMIT, command, name], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 0, proc.stdout + proc.stderr

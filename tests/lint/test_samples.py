@@ -14,6 +14,7 @@ import pytest
 
 from lint.api import lint_paths, lint_source
 from lint.config import Config
+from lint.rules.base import POOLED_TAIL
 
 UPSTREAM = Path(__file__).resolve().parent / "samples" / "upstream"
 SIBLINGS = ["unified_radix.py.txt", "hi_mamba_radix.py.txt"]  # the same shape at all three commits
@@ -127,7 +128,7 @@ OUR_GUARD = (
     "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
     "            completed = False\n")
 TWO_CLASSES = "\nimport torch\n\n" + GOOD_CLASS + "\n" + GOOD_CLASS.replace("GoodCache", "BadCache").replace(
-    OUR_GUARD, "")
+    OUR_GUARD, "") + POOLED_TAIL
 
 
 def test_one_defect_one_finding():
@@ -168,7 +169,7 @@ def test_broken_variants(samples):
 def test_all_samples_together(samples):
     result = lint_paths(sorted(samples.glob("**/*.py.txt")))
     assert result.errors == []
-    assert result.files_parsed == 6
+    assert result.files_parsed == 7  # the 0.5.2x sample too: the defaults know its ACK drain
     errors = sorted(f.code for f in result.findings if f.code != "HC107")
     assert errors == ["HC101", "HC101", "HC102", "HC103", "HC104", "HC104"]
     assert sum(f.code == "HC107" for f in result.findings) == 3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lint.api import Linter, fix_source, lint_source
 from lint.config import Config, from_table
-from lint.rules.base import fenced
+from lint.rules.base import POOLED_TAIL, fenced
 
 FENCED = from_table(fenced("Cache"), "test", Path.cwd(), None)
 
@@ -118,7 +118,7 @@ def method_source(param="operation", vote="can_terminate", predicate="completed"
     if guard_at == "after-reduce":
         lines.append(indent(guard_text, 8))
     lines += [f"        return {vote} or terminated", ""]
-    return "\n".join(lines)
+    return "\n".join(lines) + POOLED_TAIL
 
 
 def features(text: str) -> dict:
@@ -315,10 +315,16 @@ def test_upstream_reduce_through_a_self_helper_needs_no_configuration():
     lines[at:at] = guard_lines
     hits = lint_source("\n".join(lines)).findings
     assert [(f.code, "after the cross-rank reduce" in f.message) for f in hits] == [("HC103", True)]
-    # without the helper in the class, nothing says it reduces
+    # without the helper in the class (inherited, as 0.5.2x's `self._all_reduce`), its name says it
+    # reduces, and the ReduceOp argument which op; a guard after it is after the reduce
     bare = text.split("    def _all_reduce_attn_groups")[0] + "    def _prefetch_completed" + \
         text.split("    def _prefetch_completed")[1]
-    assert features(bare)["reduce-op"] == "no reduce"
+    assert features(bare)["reduce-op"] == "MAX"
+    inherited = "\n".join(lines).split("    def _all_reduce_attn_groups")[0] + "    def _prefetch_completed" + \
+        "\n".join(lines).split("    def _prefetch_completed")[1]
+    assert [f.code for f in lint_source(inherited).findings] == ["HC103"]
+    # a helper named like nothing collective says nothing
+    assert features(bare.replace("self._all_reduce_attn_groups(", "self._sync_states("))["reduce-op"] == "no reduce"
 
 
 def test_inverted_check_is_not_a_guard():
@@ -351,7 +357,7 @@ class Cache:
         if completed and not side_pools_done:
             completed = False
         return completed
-'''
+''' + POOLED_TAIL
     assert lint_source(text).findings == []
     rebound = text.replace("side_pools_done = snapshot.pool_transfers_done\n",
                            "side_pools_done = snapshot.pool_transfers_done\n        side_pools_done = True\n")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from lint.api import lint_source
 from lint.config import Config
+from lint.rules.base import POOLED_TAIL
 
 UNGUARDED = '''
 class Cache:
 {above}    def can_terminate_prefetch(self, op):{inline}
         completed = op.completed_tokens == len(op.hash_value) * self.page_size
         return completed
-'''
+''' + POOLED_TAIL
 
 GUARDED = '''
 class Cache:
@@ -93,8 +94,8 @@ def test_partly_used_suppression_reports_the_unused_code():
 
 def test_suppression_of_a_disabled_rule_is_not_unused():
     text = source(GUARDED, above="    # hicache-lint: ignore[HC101] reason: stale\n")
-    assert codes(text, Config(disable=frozenset({"HC101"}))) == []
-    assert codes(text, Config(disable=frozenset({"HC105"}))) == []
+    assert codes(text, Config(ignore=("HC101",))) == []
+    assert codes(text, Config(ignore=("HC105",))) == []
 
 
 def test_suppression_covers_drift_on_the_method():

@@ -1,0 +1,254 @@
+"""`--fix` and `--diff` over a run, and the fixability of findings.
+
+Each fixed file is linted again before it is written, and a method's fix is
+kept only if it leaves no error behind; a fix takes its spelling from the
+method, its file, the files linted with it and the configured implementations.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Protocol, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from lint.analysis import MethodAnalysis, analyze_method
+from lint.file_analysis import FileAnalysis, analyze
+from lint.findings import FileError, Finding
+from lint.fix import Edits, Fixer, fix_text
+from lint.fix.edits import apply
+from lint.fix.spelling import Evidence, Kind, Read, file_reads, tree_reads
+from lint.locate import find_methods
+from lint.rules import ERROR, FIXABLE_CODES, level_of
+from lint.source import Candidate, encode, load
+from lint.config import Config
+from lint.pools import ClassPools
+from lint.result import Result
+from lint.unit import ParsedMethod
+
+
+class LintRun(Protocol):
+    """What a fix needs of the run (lint.engine.Linter)."""
+
+    config: Config
+    result: Result
+    analyses: list[FileAnalysis]
+    seen: list[Path]  # every file read
+    write: bool  # --fix (not --diff)
+    class_pools: ClassPools
+
+    def live(self, method: MethodAnalysis, analysis: FileAnalysis) -> list[Finding]: ...
+
+
+def merged(per_file: Iterable[dict[Kind, list[Read]]]) -> dict[Kind, list[Read]]:
+    """Reads of several files, kind by kind, in file order."""
+    out: dict[Kind, list[Read]] = {}
+    for reads_by_kind in per_file:
+        for kind, reads in reads_by_kind.items():
+            out.setdefault(kind, []).extend(reads)
+    return out
+
+
+class FixRun:
+    """The fixes of one run; reads the linter's analyses and records into its result."""
+
+    def __init__(self, linter: LintRun) -> None:
+        self.linter = linter
+        self.config = linter.config
+        self.result = linter.result
+        self.analyses = linter.analyses
+        self.seen = linter.seen
+        self.write = linter.write
+        self._run_reads_cache: Optional[dict[Kind, list[Read]]] = None
+        self._configured_reads_cache: Optional[dict[Kind, list[Read]]] = None
+
+    def live(self, method: MethodAnalysis, analysis: FileAnalysis) -> list[Finding]:
+        return self.linter.live(method, analysis)
+
+    def fix_all(self, group: Optional[list[MethodAnalysis]]) -> Optional[list[MethodAnalysis]]:
+        """Fix every file; returns `group` with each fixed method's new analysis."""
+        for i, analysis in enumerate(self.analyses):
+            if analysis.path is None:
+                continue
+            try:
+                fixed = self._fix_file(analysis)
+            except Exception as exc:  # a fix we cannot make leaves the file as it was
+                self.result.errors.append(FileError(
+                    analysis.source.display, f"internal error while fixing: {type(exc).__name__}: {exc}"))
+                continue
+            if fixed is not analysis and group is not None:
+                by_key = {(m.path, m.qualname): m for m in fixed.methods}
+                group = [by_key.get((m.path, m.qualname), m) for m in group]
+            self.analyses[i] = fixed
+        return group
+
+    def _run_reads(self) -> dict[Kind, list[Read]]:
+        """Pool-field reads in every file of the run (computed once)."""
+        if self._run_reads_cache is None:
+            parsed = {a.path for a in self.analyses}
+            self._run_reads_cache = merged(
+                [tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
+                + [file_reads(path) for path in self.seen if path not in parsed])
+        return self._run_reads_cache
+
+    def _configured_reads(self) -> dict[Kind, list[Read]]:
+        """Pool-field reads in the configured implementations' files (computed once)."""
+        if self._configured_reads_cache is None:
+            self._configured_reads_cache = merged(
+                file_reads(path) for path in sorted({self.config.root / i.path for i in self.config.implementations}))
+        return self._configured_reads_cache
+
+    def _evidence(self, analysis: FileAnalysis) -> Evidence:
+        source = analysis.source
+        loaders: list[tuple[str, Callable[[], dict[Kind, list[Read]]]]] = [
+            ("this file", lambda: tree_reads(source.tree, source.lines)),
+            ("the files linted with it", self._run_reads),
+            ("the configured implementations", self._configured_reads),
+        ]
+        return Evidence(loaders)
+
+    def _fixer_for(self, analysis: FileAnalysis) -> Fixer:
+        return Fixer(self.config, self._evidence(analysis))
+
+    def _plans(self, analysis: FileAnalysis, fixer: Fixer, skip: set[str]
+               ) -> tuple[list[tuple[MethodAnalysis, Edits]], list[str]]:
+        plans: list[tuple[MethodAnalysis, Edits]] = []
+        declined: list[str] = []
+        where = analysis.path or Path(analysis.source.display)
+        for method in analysis.methods:
+            live = [f for f in self.live(method, analysis) if f.code in FIXABLE_CODES]
+            if not live or method.qualname in skip:
+                continue
+            plan = fixer.plan(method, live, where)
+            if isinstance(plan, Edits):
+                if not plan.empty():
+                    plans.append((method, plan))
+            elif plan is not None:
+                declined.append(f"{analysis.source.display}: not fixed: {method.qualname}: {plan}")
+        return plans, declined
+
+    def _fixed(self, analysis: FileAnalysis, fixer: Optional[Fixer] = None, record: bool = True
+               ) -> Optional[tuple[str, FileAnalysis, list[str], set[str]]]:
+        """(new text, its analysis, notes, fixed methods), keeping only fixes that leave no error behind."""
+        source = analysis.source
+        fixer = fixer or self._fixer_for(analysis)
+        skip: set[str] = set()
+        notes: list[str] = []
+        result: Optional[tuple[str, FileAnalysis, list[str], set[str]]] = None
+        for _ in range(3):
+            plans, declined = self._plans(analysis, fixer, skip)
+            new_text = fix_text(source.lines, plans) if plans else None
+            if new_text is None or new_text == source.text:
+                notes.extend(declined)
+                break
+            again = self._reanalyze(analysis, new_text)
+            if isinstance(again, FileError):
+                if record:
+                    self.result.errors.append(FileError(source.display, f"fix not applied: {again.message}"))
+                return None
+            fixed = {m.qualname for m, _ in plans}
+            failed = self._still_failing(again, fixed)
+            if not failed:
+                notes.extend(declined)
+                result = new_text, again, [note for _, edits in plans for note in edits.notes], fixed
+                break
+            for qualname, codes in failed.items():
+                skip.add(qualname)
+                notes.append(
+                    f"{source.display}: not fixed: {qualname}: the fix would still leave {', '.join(codes)}")
+        if record:
+            self.result.declined.extend(notes)
+        return result
+
+    def fixed_text(self, analysis: FileAnalysis) -> Optional[str]:
+        got = self._fixed(analysis)
+        return got[0] if got else None
+
+    def _fix_file(self, analysis: FileAnalysis) -> FileAnalysis:
+        got = self._fixed(analysis)
+        return analysis if got is None else self._commit_fix(analysis, *got[:3])
+
+    def _reanalyze(self, analysis: FileAnalysis, new_text: str) -> Union[FileAnalysis, FileError]:
+        source = analysis.source
+        candidate = Candidate(analysis.path or Path(source.display), source.display, True)
+        reloaded = load(candidate, encode(new_text, source.bom, source.encoding))
+        if isinstance(reloaded, FileError):
+            return FileError(source.display, "fixed text does not parse")
+        names = {(m.site.class_qualname, m.site.method) for m in analysis.methods}
+        sites = [s for s in find_methods(reloaded.tree, frozenset(n for _, n in names))
+                 if (s.class_qualname, s.method) in names]
+        return analyze(reloaded, sites, self.config, analysis.path, self.linter.class_pools)
+
+    def _still_failing(self, again: FileAnalysis, fixed: set[str]) -> dict[str, list[str]]:
+        failed: dict[str, list[str]] = {}
+        for method in again.methods:
+            if method.qualname not in fixed:
+                continue
+            codes = sorted({f.code for f in self.live(method, again)
+                            if f.code in FIXABLE_CODES and level_of(f.code) == ERROR})
+            if codes:
+                failed[method.qualname] = codes
+        return failed
+
+    def _commit_fix(self, analysis: FileAnalysis, new_text: str, again: FileAnalysis,
+                    notes: list[str]) -> FileAnalysis:
+        source = analysis.source
+        if not self.write:
+            self.result.diff += "".join(difflib.unified_diff(
+                source.text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                fromfile=f"a/{source.display}", tofile=f"b/{source.display}"))
+            self.result.fixed.extend(f"{source.display}: would fix: {note}" for note in notes)
+            return analysis  # a preview: report what the file still says
+        assert analysis.path is not None
+        try:
+            analysis.path.write_bytes(encode(new_text, source.bom, source.encoding))
+        except OSError as exc:
+            self.result.errors.append(FileError(source.display, f"cannot write fix: {exc.strerror or exc}"))
+            return analysis
+        self.result.fixed.extend(f"{source.display}: {note}" for note in notes)
+        return again
+
+    def _fix_survives(self, method: MethodAnalysis, analysis: FileAnalysis, fixer: Fixer) -> bool:
+        """Whether this method's fix leaves no error behind (re-linting only the method)."""
+        parsed = method.parsed
+        live = [f for f in self.live(method, analysis) if f.code in FIXABLE_CODES]
+        plan = fixer.plan(method, live, analysis.path or Path(analysis.source.display))
+        if not isinstance(plan, Edits) or plan.empty():
+            return False
+        if parsed.prefix is None:  # parsed with its whole module: re-lint the whole fixed file
+            got = self._fixed(analysis, fixer, record=False)
+            return got is not None and method.qualname in got[3]
+        module = apply(parsed.module, plan)
+        func = next(n for n in module.body if isinstance(n, cst.FunctionDef))
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        fixed = ParsedMethod(parsed.site, func, module, positions, parsed.line_offset, parsed.col_offset,
+                             parsed.prefix)
+        again = analyze_method(fixed, method.path, self.config.reduce_calls, method.lines)
+        again.implementation, again.pools = method.implementation, method.pools
+        return not any(f.code in FIXABLE_CODES and level_of(f.code) == ERROR
+                       for f in self.live(again, analysis))
+
+    def mark_fixable(self, findings: list[Finding]) -> list[Finding]:
+        """A finding is fixable when its fix is planned and survives the re-lint."""
+        owners: dict[tuple[str, Optional[str]], tuple[MethodAnalysis, FileAnalysis]] = {
+            (m.path, m.qualname): (m, a) for a in self.analyses for m in a.methods}
+        fixers: dict[int, Fixer] = {}
+        survives: dict[int, bool] = {}
+        out: list[Finding] = []
+        for finding in findings:
+            owner = owners.get((finding.path, finding.method))
+            if finding.code in FIXABLE_CODES and owner is not None:
+                method, analysis = owner
+                if id(analysis) not in fixers:
+                    fixers[id(analysis)] = self._fixer_for(analysis)
+                fixer = fixers[id(analysis)]
+                plan = fixer.plan_one(method, finding, analysis.path or Path(analysis.source.display))
+                if id(method) not in survives and isinstance(plan, Edits):
+                    survives[id(method)] = self._fix_survives(method, analysis, fixer)
+                if isinstance(plan, Edits) and not plan.empty() and survives[id(method)]:
+                    finding = replace(finding, fixable=True)
+            out.append(finding)
+        return out

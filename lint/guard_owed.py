@@ -1,0 +1,48 @@
+"""HC101-HC103 stand only where a guard is owed (see lint/pools.py); each then
+names its evidence, and where the configuration expects extra pools that the
+code does not show, an HC109 note takes their place."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Optional
+
+from lint.findings import Finding
+from lint.pools import Evidence, FlagSearch
+from lint.protocol import DONE
+from lint.rules.pools_unseen import PoolsUnseen
+
+if TYPE_CHECKING:
+    from lint.analysis import MethodAnalysis
+
+OWED_CODES = frozenset({"HC101", "HC102", "HC103"})
+
+
+def _note(method: "MethodAnalysis", pools: Optional[Evidence], flag: Optional[Evidence]) -> Finding:
+    missing = []
+    if pools is None:
+        missing.append("no line of the class, the module functions it calls or its base classes brings "
+                       "extra-pool transfers in")
+    if flag is None:
+        missing.append(f"no '{DONE}' flag exists in the linted files, the configured implementations or "
+                       "the project tree")
+    return PoolsUnseen.finding(
+        method, method.def_line, method.def_col,
+        f"{method.qualname} is configured with extra-pools = true, but {' and '.join(missing)}: its "
+        f"pool-transfer guard is not checked until both exist")
+
+
+def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch) -> list[Finding]:
+    """`findings` with HC101-HC103 kept (and their evidence named) only where a guard is owed."""
+    gated = [f for f in findings if f.code in OWED_CODES]
+    if not gated:
+        return findings
+    kept = [f for f in findings if f.code not in OWED_CODES]
+    pools = method.pools
+    flag = flags.find() if pools is not None else None
+    if pools is not None and flag is not None:
+        evidence = f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}"
+        return kept + [replace(f, evidence=evidence) for f in gated]
+    if method.implementation is not None and method.implementation.extra_pools:
+        kept.append(_note(method, pools, flag if pools is not None else flags.find()))
+    return kept
