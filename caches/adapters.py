@@ -167,7 +167,7 @@ class BuiltinAdapter:
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "hold_points"})
 
 
 def hiradix() -> BuiltinAdapter:

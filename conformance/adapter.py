@@ -48,6 +48,7 @@ CAPABILITIES = {
     "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
     "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype') or only in per-token layout ('layout')",
+    "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 
 # CacheEnv.kv_format values: the page format a cache stores, relative to the adapter's default.

@@ -474,7 +474,7 @@ class _Run:
         # Slots released when IO on an ended operation ended may be freed only at
         # the next scheduler step (an agreed point across ranks): run one.
         settled = cache.check_progress([])
-        assert not settled, f"a scheduler step over no requests reported {settled}"
+        assert not settled, f"X4: a scheduler step over no requests reported {settled}"
         self._check_outcome(cache, tokens, data)
         events = self.trace.events()
         return RunResult(
@@ -512,7 +512,7 @@ class _Run:
         elif action == "check":
             done = cache.check_progress([REQUEST_ID])
             unexpected = set(done) - {REQUEST_ID}
-            assert not unexpected, f"check_progress reported requests it was not asked about: {sorted(unexpected)}"
+            assert not unexpected, f"X4: check_progress reported requests it was not asked about: {sorted(unexpected)}"
             if REQUEST_ID in done:
                 self.finished = True
                 self.committed = int(done[REQUEST_ID])

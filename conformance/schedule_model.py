@@ -80,6 +80,7 @@ class ScheduleModel:
         self.scenario = scenario
         self.policy = Policy.parse(scenario.policy)
         self.groups = io_groups(io_order, scenario.kv_batches, extra_pools)
+        self.io_order = io_order
         self.total = sum(self.groups)
         self.profile = find_profile(profile)
         # Transfers released once every KV batch has: KV has landed (the ACK drain's timeout no longer cuts it).
@@ -141,6 +142,57 @@ class ScheduleModel:
         """Schedules beginning with `root` (all of them for the empty root)."""
         walked = self.walk(root)
         return 0 if walked is None else self._count(walked[1])
+
+    def schedules(self, root: Sequence[str] = ()) -> list[tuple[str, ...]]:
+        """Every schedule beginning with `root`, in exploration order."""
+        walked = self.walk(root)
+        if walked is None:
+            return []
+
+        def below(prefix: tuple[str, ...], state: _State) -> Iterator[tuple[str, ...]]:
+            options = self.transitions(state)
+            if not options:
+                yield prefix
+            for action, after in options:
+                yield from below(prefix + (action,), after)
+
+        return list(below(tuple(root), walked[1]))
+
+    def divergence(self, explored: Sequence[Sequence[str]], root: Sequence[str] = ()) -> str | None:
+        """'<clause>: what differs' at the first schedule prefix where the cache offered other actions than the spec's model.
+
+        The explored schedules give, for each prefix, the actions the cache
+        offered next; the model gives the spec's. None when every prefix agrees.
+        """
+        offered: dict[tuple[str, ...], list[str]] = {}
+        for schedule in explored:
+            schedule = tuple(schedule)
+            for index in range(len(root), len(schedule) + 1):
+                following = offered.setdefault(schedule[:index], [])
+                if index < len(schedule) and schedule[index] not in following:
+                    following.append(schedule[index])
+        for prefix, actions in offered.items():
+            walked = self.walk(prefix)
+            if walked is None:
+                continue  # below a divergence already reported at a shorter prefix
+            spec = [action for action, _ in self.transitions(walked[1])]
+            extra = [a for a in actions if a not in spec]
+            missing = [a for a in spec if a not in actions]
+            if extra or missing:
+                return self._explain(prefix, (extra or missing)[0], spec, offered_more=bool(extra))
+        return None
+
+    def _explain(self, prefix: tuple[str, ...], action: str, spec: Sequence[str], *, offered_more: bool) -> str:
+        where = f"after '{','.join(prefix)}'" if prefix else "at the start"
+        if action == "io":
+            clause = "F1"  # IO the spec's terminate would have stopped, or a transfer of another IO order
+            what = ("an IO step started that the spec's model does not start" if offered_more else "an IO step the spec starts did not") + (
+                f" (IO after terminate, or an IO order other than the declared one, {self.io_order!r})")
+        else:
+            clause = self.profile.counterpart({Policy.BEST_EFFORT: "D1", Policy.WAIT_COMPLETE: "D4", Policy.TIMEOUT: "D5"}[self.policy])
+            what = ("the request was still unfinished where the spec's decision had ended it" if offered_more
+                    else "the request had finished where the spec's decision keeps waiting")
+        return f"{clause}: {where}, '{action}': {what} (the spec offers {list(spec)})"
 
     def roots(self, depth: int) -> list[tuple[str, ...]]:
         """Every schedule prefix of `depth` actions (shorter where a schedule ends sooner), in exploration order."""

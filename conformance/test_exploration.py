@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.explore import SCENARIOS, Scenario, explore, format_schedule
-from conformance.schedule_model import adapter_io_order, expected_schedules, suite_roots
+from conformance.explore import SCENARIOS, Scenario, explore, format_schedule, parse_schedule
+from conformance.schedule_model import ScheduleModel, adapter_io_order, suite_roots
 from conformance.report import INTERLEAVINGS_KEY
 
 # Checked on every schedule: invariants (S1-S3, S5, F3), bytes (S5), accounting (F8),
@@ -43,7 +43,11 @@ def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[st
     result = explore(make_cache, scenario, storage_dir=tmp_path / "explored", root=root, io_order=io_order, profile=profile.id)
     # The matrix summary prints one line of counts per implementation, summed over the subtrees (and the JSON report carries them).
     request.node.user_properties.append((INTERLEAVINGS_KEY, result.count))
-    want = expected_schedules(scenario, result.extra_pools, io_order, root, profile)
+    model = ScheduleModel(scenario, result.extra_pools, io_order, profile)
+    want = model.count(root)
+    if result.count != want:
+        why = model.divergence([parse_schedule(s) for s in result.schedules], root)
+        assert why is None, f"{why} (explored {result.count} schedules beginning '{format_schedule(root)}'; the model yields {want})"
     assert result.count == want, (
         f"explored {result.count} schedules beginning '{format_schedule(root)}'; the spec's state machine with "
         f"{scenario.kv_batches} KV batches, {result.extra_pools} extra pools and IO order {io_order!r} yields {want} "

@@ -155,7 +155,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
     failed = [e for e in rig.trace.events() if e.kind is EventKind.IO_END and e.op == RID and e.pool == "kv" and e.value is False]
     assert failed, "the injected storage error was not recorded as a failed transfer (io_end with ok False)"
     good_pages = (batch - 1) * BATCH_PAGES
-    assert committed <= good_pages * PAGE_SIZE, f"{committed} tokens committed, but only {good_pages} pages arrived"
+    assert committed <= good_pages * PAGE_SIZE, f"F3: {committed} tokens committed, but only {good_pages} pages arrived before the failed batch"
     finish(rig, cache, policy, tokens, data, committed)
 
 

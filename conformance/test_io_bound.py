@@ -87,7 +87,8 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
         WAIT_S,
         "the hung transfer's end after its release",
     )
-    assert cache.check_progress([]) == {}
+    settled = cache.check_progress([])
+    assert settled == {}, f"X4: a scheduler step over no requests reported {settled}"
     freed = {(e.pool, slot) for e in op_events(trace, "r1", EventKind.FREE) for slot in e.slots} & hung_slots
     assert freed == hung_slots, f"F5: slots {sorted(hung_slots - freed)[:6]} of the ended transfer were never freed"
     returned = still_held - host_allocated(cache)

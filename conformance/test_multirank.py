@@ -175,7 +175,7 @@ def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     """Rank 1's storage lacks the last two pages: the hit is the MIN, on both ranks."""
     (outcome,) = run_ranks([Scenario("storage_miss_on_one_rank", {"missing_rank": 1})])
     hits = {r.rank: [int(e.value) for e in r.traces[0].events if e.kind is EventKind.HIT and e.op == "r1"] for r in outcome.ranks}
-    assert hits == {0: [2], 1: [2]}
+    assert hits == {0: [2], 1: [2]}, f"S4: the hit must be the MIN over ranks (2 pages) on every rank, got {hits}"
     assert outcome.finished_at("r1") == {0: ("cache 0 check 1", 8), 1: ("cache 0 check 1", 8)}
     assert {r.rank: [(load.request_id, load.tokens) for load in r.loads] for r in outcome.ranks} == {0: [("r1", 8)], 1: [("r1", 8)]}
 
@@ -226,18 +226,18 @@ def test_cross_rank_orders_around_the_vote(run_ranks, policy):
     cases = order_cases(policy, 2)
     (outcome,) = run_ranks([Scenario("orders", {"policy": policy, "cases": cases})])
     results = dict(outcome.ranks[0].notes["orders"])
-    assert dict(outcome.ranks[1].notes["orders"]) == results
-    assert len(results) == len(cases)
+    assert dict(outcome.ranks[1].notes["orders"]) == results, "S4: the ranks' commits differ for some case (scenario_problems lists which)"
+    assert len(results) == len(cases), f"test setup: {len(results)} of {len(cases)} cases ran"
     all_pages = has_all_pages_extra(outcome)
     for case, tokens in results.items():
         at_terminate = [term for _, term in case]
         if policy == "wait_complete" or all(level == "done" for level in at_terminate):
-            assert tokens == FULL, (case, tokens)
+            assert tokens == FULL, f"L1/F11: case {case}: every rank's IO was done, yet {tokens} of {FULL} tokens were committed"
         elif "partial" in at_terminate or all_pages:
             # Some rank lacks KV pages, or an ALL_PAGES pool is still held: the MIN is short.
-            assert tokens < FULL, (case, tokens)
+            assert tokens is None or tokens < FULL, f"F3: case {case}: {tokens} tokens committed although some rank lacked pages"
         if all_pages and any(level != "done" for level in at_terminate) and policy != "wait_complete":
-            assert tokens == 0, (case, tokens)
+            assert not tokens, f"F3: case {case}: {tokens} tokens committed while an ALL_PAGES pool was still held"
 
 
 @pytest.mark.clause("S4", "F4", "F10")

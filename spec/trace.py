@@ -31,6 +31,7 @@ class EventKind(str, Enum):
     HIT = "hit"
     REVOKE = "revoke"
     IO_START = "io_start"
+    IO_LANDED = "io_landed"
     IO_END = "io_end"
     IO_EXPIRED = "io_expired"
     IO_DONE = "io_done"
@@ -66,13 +67,14 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
     EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
     EventKind.IO_START: ("op?, pool, space, slots, io, value=direction", "a copy into or out of these slots began"),
+    EventKind.IO_LANDED: ("op, pool, space, slots, io", "optional: that copy's storage call returned (its bytes are in its slots); its IO_END, and the progress it publishes, come next. Gated after recording, so a harness can hold the IO at its end"),
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
     EventKind.IO_EXPIRED: ("op, pool, space, slots, io, value=io_timeout_s", "that copy ran past its bound: it counts as failed, its slots stay excluded until its IO_END (L4)"),
     EventKind.IO_DONE: ("op", "the IO thread will start no more IO for the operation"),
     EventKind.STEP: ("step", "a scheduler check began"),
     EventKind.VOTE: ("op, step, value=vote, state, seen?", "this rank's vote and the state it saw (seen: the trace position of that snapshot)"),
     EventKind.COLLECTIVE: ("step?, op?, value=name, group?", "this rank entered a collective (group: '<kind>:<ranks>' when it runs on one of several groups, spec/groups.py)"),
-    EventKind.TERMINATE: ("op, step, value=completed_tokens", "the operation was marked terminated"),
+    EventKind.TERMINATE: ("op, step, value=completed_tokens", "the operation was marked terminated and its progress snapshot taken (optionally gated after the lock is released, so a harness can hold the scheduler between the terminate and the commit)"),
     EventKind.COMMIT: ("op, step?, value=tokens", "the agreed length inserted (0 when nothing)"),
     EventKind.INSERT: ("op, pool, space, slots", "these slots entered the tree"),
     EventKind.FREE: ("op?, pool, space, slots", "these slots returned to their allocator"),

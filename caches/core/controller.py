@@ -273,7 +273,10 @@ class StorageController:
         def get_all() -> list[list[bool]]:
             for _, start, *_ in begun:
                 self.trace.gate(start.event)
-            return self.storage.get_v2(transfers)
+            results = self.storage.get_v2(transfers)
+            for _, start, *_ in begun:
+                self._landed(op, start)
+            return results
 
         results = self._storage_call("extra_pool_get", op.request_id, get_all)
         if results is None:
@@ -292,10 +295,17 @@ class StorageController:
 
         def get() -> list[bool]:
             self.trace.gate(start.event)
-            return self.storage.get(list(keys), targets)
+            ok = self.storage.get(list(keys), targets)
+            self._landed(op, start)
+            return ok
 
         ok = self._storage_call(f"{pool}_get", op.request_id, get)
         return [False] * len(keys) if ok is None else ok
+
+    def _landed(self, op: PrefetchOperation, start: InFlightIO) -> None:
+        """The storage call of this IO returned: its bytes are in; its end publishes the progress (a hold point, spec/trace.py)."""
+        event = self.trace.record(EventKind.IO_LANDED, op=op.request_id, pool=start.pool, space=HOST, slots=list(start.slots), io=start.io)
+        self.trace.gate(event)
 
     def _backup(self, job: BackupJob) -> None:
         ps = self.page_size

@@ -258,24 +258,26 @@ class PrefetchOperation:
         slots are then released here, F5, since terminate excluded them) or
         when the IO had expired (L4: its result counts as failed).
         """
+        ended = None
         with self.lock:
             io = start.io
             for part, ok in ((ok_slots, True), (failed_slots, False)):
                 if len(part):
-                    self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=part, io=io, value=ok)
+                    ended = self.trace.record(EventKind.IO_END, op=self.request_id, pool=pool, space=HOST, slots=part, io=io, value=ok)
             units = self._units(pool, ok_slots) + self._units(pool, failed_slots)
             for unit in units:
                 self._in_flight[pool].pop(unit, None)
             self._open.pop(io, None)
+            published = not self._terminated and io not in self._expired
             if self._terminated:
                 self._release(pool, units)
-                return False
-            if io in self._expired:
-                return False
-            self.completed_tokens += tokens
-            if pages is not None:
-                self._plans[pool].completed_pages = pages
-            return True
+            elif published:
+                self.completed_tokens += tokens
+                if pages is not None:
+                    self._plans[pool].completed_pages = pages
+        if ended is not None:
+            self.trace.gate(ended)  # a hold point between this IO's end and the IO thread's next step (its next begin_io)
+        return published
 
     def expire_io(self, now: float, bound_s: float) -> list[InFlightIO]:
         """L4: every IO in flight for more than `bound_s` at `now` counts as failed; returns those.
@@ -338,12 +340,17 @@ class PrefetchOperation:
     # --- the scheduler: terminate, then commit ------------------------------
 
     def terminate(self, step: int | None) -> Progress:
-        """F1 + F2: mark terminated and snapshot progress atomically."""
+        """F1 + F2: mark terminated and snapshot progress atomically.
+
+        The event is gated after the lock is released: a harness holding the
+        scheduler there lets IO move before the commit uses the snapshot.
+        """
         with self.lock:
             self._terminated = True
             snapshot = self._progress()
-            self.trace.record(EventKind.TERMINATE, op=self.request_id, step=step, value=snapshot.completed_tokens)
-            return snapshot
+            event = self.trace.record(EventKind.TERMINATE, op=self.request_id, step=step, value=snapshot.completed_tokens)
+        self.trace.gate(event)
+        return snapshot
 
     def mark_terminate(self) -> None:
         with self.lock:
@@ -356,7 +363,7 @@ class PrefetchOperation:
             units = self._units(pool, slots)
             busy = [u for u in units if u in self._in_flight[pool]]
             if busy:
-                raise FenceError(f"{self.request_id}: slot {busy[0]} of pool {pool} would enter the tree with IO in flight")
+                raise FenceError(f"S1: {self.request_id}: slot {busy[0]} of pool {pool} would enter the tree with IO in flight")
             self._owned[pool].difference_update(units)
             for unit in units:
                 self._holders.pop((group, unit), None)

@@ -38,4 +38,4 @@ def test_the_same_cache_declaring_nothing_fails_the_exploration(subprocess_pytes
     result = run_suite(subprocess_pytest, "undeclared", "conformance/test_exploration.py", "-k", "wait_complete/2batches and not tick and not abort")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
-    assert "IO order 'kv_then_extras' yields" in out and "an IO order other than the declared one" in out, out[-4000:]
+    assert "F1: after " in out and "an IO order other than the declared one, 'kv_then_extras'" in out, out[-4000:]

@@ -97,3 +97,17 @@ def test_the_ack_drain_counts_its_deadline_from_the_first_check_and_waits_for_la
     # ... and not once KV has landed with the extra-pool transfer pending: the drain commits when it ends.
     assert not finished(drain, ("io", "io", "check", "tick", "check")) and finished(vote, ("io", "io", "check", "tick", "check"))
     assert expected_schedules(scenario, 1, KV_THEN_EXTRAS, profile="ack_drain") != expected_schedules(scenario, 1, KV_THEN_EXTRAS)
+
+
+def test_a_divergent_exploration_names_the_clause_of_its_first_difference():
+    scenario = SCENARIOS["wait_complete/2batches"]
+    model = ScheduleModel(scenario, 1, KV_THEN_EXTRAS)
+    schedules = model.schedules()
+    assert model.divergence(schedules) is None and len(schedules) == model.count()
+    # A cache that terminated at a check while IO was pending (its vote broke the guard): that schedule ends early.
+    early = [s for s in schedules if s[:2] != ("io", "check")] + [("io", "check", "io", "io")]
+    assert model.divergence(early).startswith("D4: after 'io,check,io', 'check': the request had finished where the spec's decision keeps waiting")
+    # A cache whose IO thread started a batch the spec's terminate stops.
+    best = ScheduleModel(SCENARIOS["best_effort/2batches"], 1, KV_THEN_EXTRAS)
+    extra = best.schedules() + [("check", "io", "io", "io", "io")]
+    assert best.divergence(extra).startswith("F1: after 'check,io', 'io': an IO step started that the spec's model does not start")

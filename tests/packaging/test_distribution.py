@@ -58,7 +58,9 @@ def test_base_install_is_the_linter_and_nothing_heavy(dists, tmp_path):
     elsewhere.mkdir()
     sample = elsewhere / "cache.py"
     sample.write_text(
-        "class C:\n    def can_terminate_prefetch(self, op):\n"
+        # The class brings extra-pool transfers in, and the flag tracking them exists: a guard is owed (HC101).
+        "class C:\n    def start(self, op, transfers):\n        op.pool_transfers, op.pool_transfers_done = transfers, not transfers\n\n"
+        "    def can_terminate_prefetch(self, op):\n"
         "        completed = op.completed_tokens == len(op.hash_value) * self.page_size\n"
         "        if self.prefetch_stop_policy == 'wait_complete':\n            return completed\n        return True\n")
     lint = run(env_dir / "bin" / "hicache-lint", sample, cwd=elsewhere)
