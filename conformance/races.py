@@ -9,8 +9,9 @@ reports about itself.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pytest
 
@@ -88,6 +89,19 @@ class Background:
             self._result.append(fn(*args))
         except BaseException as exc:  # re-raised in the test thread
             self._error.append(exc)
+
+    @contextmanager
+    def parked_at(self, gate: Any) -> Iterator[None]:
+        """The body runs while this call may be parked at `gate`: on a failure every parked thread goes, and the call ends, before it is re-raised."""
+        try:
+            yield
+        except BaseException:
+            gate.release_all()
+            try:
+                self.result()
+            except Exception:
+                pass  # the first failure is the one to report
+            raise
 
     def result(self) -> Any:
         self._thread.join(self.timeout_s)

@@ -57,6 +57,17 @@ def nth_of(trace, kind: EventKind, pool: str, nth: int):
     return predicate
 
 
+def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed: int):
+    """A stored request prefetched until its IO is parked at `held_at`, then one best_effort check: (tokens, data, hold, done)."""
+    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=PS)
+    hold = gate.hold(description, held_at)
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    hold.wait_reached()
+    done = cache.check_progress(["r1"])
+    assert "r1" in done, "D1: best_effort must stop waiting at the first check"
+    return tokens, data, hold, done
+
+
 def starts_after_terminate(trace) -> list[Event]:
     terminates = op_events(trace, "r1", EventKind.TERMINATE)
     if not terminates:
@@ -69,12 +80,8 @@ def starts_after_terminate(trace) -> list[Event]:
 def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, require, trace, gate):
     """Terminate while the second KV batch's storage call has returned but its end has not published it."""
     cache, config = make(make_cache, require, impl)
-    tokens, data = stored_request(cache, seed=71, pages=PAGES, page_size=PS)
-    landed = gate.hold("second KV batch landed", nth_of(trace, EventKind.IO_LANDED, "kv", 2))
-    assert cache.prefetch("r1", tokens) == len(tokens)
-    landed.wait_reached()
-    done = cache.check_progress(["r1"])
-    assert "r1" in done, "D1: best_effort must stop waiting at the first check"
+    tokens, data, landed, done = terminated_while_held(cache, trace, gate, "second KV batch landed",
+                                                       nth_of(trace, EventKind.IO_LANDED, "kv", 2), seed=71)
     committed, allowed = done["r1"], fence_tokens(trace.events(), "r1", cache.pools, PS)
     assert committed <= allowed, (
         f"F3: committed {committed} tokens while the second batch's bytes had landed but its end had not published them "
@@ -101,19 +108,12 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
     landed.wait_reached()
     at_terminate = gate.hold("scheduler after terminating r1", lambda e: e.kind is EventKind.TERMINATE and e.op == "r1")
     checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
-    try:
+    with checker.parked_at(gate):
         mark = at_terminate.wait_reached()
         ended = gate.hold("second KV batch ended", nth_of(trace, EventKind.IO_END, "kv", 2))
         landed.release()  # the batch ends now, after the mark: nothing of it may count
         ended.wait_reached()
         ended.release()
-    except BaseException:
-        gate.release_all()
-        try:
-            checker.result()
-        except Exception:
-            pass  # the first failure is the one to report
-        raise
     allowed = fence_tokens(trace.events(), "r1", cache.pools, PS)
     at_terminate.release()
     done = checker.result()
@@ -129,12 +129,8 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
 def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, require, trace, gate):
     """The IO thread is held right after the first batch ended; the scheduler terminates; the second batch must not start."""
     cache, config = make(make_cache, require, impl)
-    tokens, data = stored_request(cache, seed=73, pages=PAGES, page_size=PS)
-    ended = gate.hold("first KV batch ended", nth_of(trace, EventKind.IO_END, "kv", 1))
-    assert cache.prefetch("r1", tokens) == len(tokens)
-    ended.wait_reached()
-    done = cache.check_progress(["r1"])
-    assert "r1" in done, "D1: best_effort must stop waiting at the first check"
+    tokens, data, ended, done = terminated_while_held(cache, trace, gate, "first KV batch ended",
+                                                      nth_of(trace, EventKind.IO_END, "kv", 1), seed=73)
     ended.release()
     trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
     cache.check_progress([])

@@ -114,20 +114,12 @@ def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str |
         pass_deadline(cache, clock, config, len(tokens) // PS, ["r1"], profile)
     at_vote = gate.hold("scheduler at its vote", vote_of("r1"))
     checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
-    try:
+    with checker.parked_at(gate):  # the scheduler thread must be back before teardown closes the cache
         vote = at_vote.wait_reached()
         clause = profile.counterpart("D5" if timed_out else "D1")
         assert vote.value is True, f"{clause}: the vote with nothing loaded{' past the deadline' if timed_out else ''} must be yes (it was {vote.value})"
         first_kv.release()
         later.wait_reached()  # KV moved on while the scheduler sat between vote and terminate
-    except BaseException:
-        # The scheduler thread must be back before teardown closes the cache.
-        gate.release_all()
-        try:
-            checker.result()
-        except Exception:
-            pass  # the original failure is the one to report
-        raise
     at_vote.release()
     return checker.result(), later
 
