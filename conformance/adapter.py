@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from conformance.bounds import WAIT_S
 from spec.clock import Clock
 from spec.config import TerminationConfig
 from spec.decision import DecisionState
@@ -81,7 +82,7 @@ class CacheEnv:
     batch_pages: int = 2
     threshold_pages: int = 1
     write_policy: str = "write_through"
-    wait_timeout_s: float = 20.0
+    wait_timeout_s: float = WAIT_S
     # L4: a transfer still running this long after it started (on `clock`) counts as failed.
     # Generous by default: only tests of L4 make a transfer outlive it.
     io_timeout_s: float = 600.0

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from conformance.bounds import WAIT_S
 from conformance.gates import Gate, GateTimeout, Hold
 from conformance.schedule_model import DEFAULT_IO_ORDER, ScheduleModel, expected_schedules  # noqa: F401 (re-exported)
 from conformance.scenarios import assert_accounting_exact, assert_loaded_bytes, request_data, request_tokens, store, trailing_pools
@@ -184,7 +185,7 @@ def explore(
     *,
     storage_dir: Path | None = None,
     max_schedules: int = 5000,
-    timeout_s: float = 20.0,
+    timeout_s: float = WAIT_S,
     root: Sequence[str] = (),
     io_order: str = DEFAULT_IO_ORDER,
     profile: str | None = None,
@@ -261,7 +262,7 @@ def replay(
     *,
     enabled: Sequence[Sequence[str]] = (),
     storage_dir: Path | None = None,
-    timeout_s: float = 20.0,
+    timeout_s: float = WAIT_S,
     profile: str | None = None,
 ) -> RunResult:
     """Run `schedule` again (a prefix is completed with the first enabled action at each point).
@@ -321,7 +322,7 @@ class ObservedGate(Gate):
     it does before this point, and does nothing more until released.
     """
 
-    def __init__(self, trace: WatchedTrace, watch: Callable[[Event], bool], *, timeout_s: float = 20.0) -> None:
+    def __init__(self, trace: WatchedTrace, watch: Callable[[Event], bool], *, timeout_s: float = WAIT_S) -> None:
         super().__init__(trace, timeout_s=timeout_s)
         self.watched_trace = trace
         self.watch = watch

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from conformance.bounds import WAIT_S
 from spec.trace import Event, TraceRecorder
 
 Predicate = Callable[[Event], bool]
@@ -56,7 +57,7 @@ class Hold:
 
 
 class Gate:
-    def __init__(self, trace: TraceRecorder, *, timeout_s: float = 20.0) -> None:
+    def __init__(self, trace: TraceRecorder, *, timeout_s: float = WAIT_S) -> None:
         self.trace = trace
         self.timeout_s = timeout_s
         self._holds: list[Hold] = []

@@ -112,6 +112,15 @@ def start_harness(config: pytest.Config) -> Any:
     from conformance.harness import build_harness
     from conformance.recorder import RECORDER_NAME, MatrixRecorder
 
+    from conformance.bounds import time_scale
+    from spec.errors import ConfigError
+
+    try:
+        time_scale()  # a bad scale is a usage error now, not a surprise in the first wait
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if getattr(config, "workerinput", None) is None:
+        check_report_path(config.getoption("--conformance-report"))
     started = time.time()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -121,6 +130,25 @@ def start_harness(config: pytest.Config) -> Any:
     if workerinput is None:
         config.pluginmanager.register(MatrixRecorder(harness, config, started=started), RECORDER_NAME)
     return harness
+
+
+def check_report_path(value: str | None) -> None:
+    """--conformance-report PATH must be writable before the first test runs, not after the last one."""
+    if value is None:
+        return
+    if not value.strip():
+        raise pytest.UsageError("invalid --conformance-report: '' (accepted: a path prefix; PATH.json, PATH.md and PATH.html are written)")
+    base = Path(value)
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        probe = base.with_name(base.name + ".json")
+        existed = probe.exists()
+        with open(probe, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            probe.unlink()
+    except OSError as exc:
+        raise pytest.UsageError(f"invalid --conformance-report: {value!r} (accepted: a path whose folder can be created and written; {exc.strerror})") from None
 
 
 def harness_of(config: pytest.Config) -> Any:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.capabilities import require  # noqa: F401 - re-exported for the race tests
 from conformance.gates import GateTimeout, Predicate
 from conformance.scenarios import assert_loaded_bytes, assert_no_violations, request_data, request_tokens, store, trailing_pools  # noqa: F401 - trailing_pools re-exported for the tests
@@ -76,7 +77,7 @@ def vote_of(op: str) -> Predicate:
 class Background:
     """Runs one call on a helper thread; result() waits, bounded, and re-raises."""
 
-    def __init__(self, description: str, fn: Callable[..., Any], *args: Any, timeout_s: float = 20.0) -> None:
+    def __init__(self, description: str, fn: Callable[..., Any], *args: Any, timeout_s: float = WAIT_S) -> None:
         self.description = description
         self.timeout_s = timeout_s
         self._result: list[Any] = []

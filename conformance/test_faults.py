@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.explore import WatchedTrace, check_outcome
 from conformance.gates import Gate
 from conformance.scenarios import drive, request_data, request_tokens, store, trailing_pools
@@ -34,7 +35,6 @@ RID = "faulty"
 PAGE_SIZE = 4
 PAGES = 4
 BATCH_PAGES = 2  # two KV batches
-WAIT_S = 20.0
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.explore import WatchedTrace
 from conformance.races import (
     Background,
@@ -32,7 +33,6 @@ from spec.trace import LOAD, Event, EventKind
 PS = 4
 PAGES = 4
 BATCH = 2
-WAIT_S = 20.0
 
 
 @pytest.fixture

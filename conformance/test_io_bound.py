@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.explore import WatchedTrace
 from conformance.races import (
     all_pages_extra_pools,
@@ -32,7 +33,6 @@ PS = 4
 PAGES = 4
 BATCH = 2
 BOUND_S = 8.0  # a binary fraction: the bound is exact on the clock
-WAIT_S = 20.0
 
 
 @pytest.fixture

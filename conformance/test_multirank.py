@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import HANG_S
 from conformance.multirank import (
     LEVELS,
     MultiRankError,
@@ -51,7 +52,7 @@ def run_ranks(impl, device, tmp_path, request, require):
             if reason:
                 pytest.skip(reason)
         return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
-                           hang_timeout_s=5.0, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
+                           hang_timeout_s=HANG_S, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
 
     return run
 
@@ -279,7 +280,7 @@ def test_hang_names_the_rank_the_step_and_the_divergent_collective(tmp_path):
 
 def test_a_failing_rank_is_reported_and_stops_the_launch(tmp_path):
     scenarios = [Scenario("raise_on_rank", {"failing_rank": 1}), Scenario("raise_on_rank", {"failing_rank": 0})]
-    result = launch(None, scenarios, world_size=2, device="cpu", workdir=tmp_path, hang_timeout_s=5.0)
+    result = launch(None, scenarios, world_size=2, device="cpu", workdir=tmp_path, hang_timeout_s=HANG_S)
     assert len(result.outcomes) == 1, "ranks must stop after a scenario failed on any rank"
     problems = result.outcomes[0].problems()
     assert len(problems) == 1 and problems[0].startswith("rank 1 failed at about to fail:"), problems

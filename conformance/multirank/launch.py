@@ -29,6 +29,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
+from conformance.bounds import COLLECTIVE_S, HANG_S, LAUNCH_S, STARTUP_S, WAIT_S
 from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
 from conformance.loader import load_factory
 from conformance.multirank.checks import once_per_error, same_usable_prefix_problems, scenario_problems
@@ -228,11 +229,11 @@ def launch(
     world_size: int,
     device: str,
     workdir: Path,
-    hang_timeout_s: float = 8.0,
-    collective_timeout_s: float = 30.0,
-    wait_timeout_s: float = 20.0,
-    total_timeout_s: float = 300.0,
-    startup_timeout_s: float = 90.0,
+    hang_timeout_s: float = HANG_S,
+    collective_timeout_s: float = COLLECTIVE_S,
+    wait_timeout_s: float = WAIT_S,
+    total_timeout_s: float = LAUNCH_S,
+    startup_timeout_s: float = STARTUP_S,
     preload: Sequence[str] = (),
 ) -> LaunchResult:
     """Run `scenarios` on `world_size` rank processes; raise MultiRankError on a hang or crash.

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from conformance.bounds import COLLECTIVE_S, STARTUP_S
 from spec.errors import ConfigError
 
 STORE_HOST = "127.0.0.1"
@@ -81,7 +82,7 @@ class RankProcesses:
     exit, and only then releases the store.
     """
 
-    def __init__(self, world_size: int, *, store_timeout_s: float = 30.0, preload: Sequence[str] = ()) -> None:
+    def __init__(self, world_size: int, *, store_timeout_s: float = COLLECTIVE_S, preload: Sequence[str] = ()) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ConfigError("world_size", world_size, "an integer >= 1")
         self.world_size = world_size
@@ -238,8 +239,8 @@ def run_ranks(
     *,
     args: Sequence[Any] = (),
     workdir: Path,
-    timeout_s: float = 120.0,
-    collective_timeout_s: float = 30.0,
+    timeout_s: float = STARTUP_S,
+    collective_timeout_s: float = COLLECTIVE_S,
     backend: str = "gloo",
     preload: Sequence[str] = (),
 ) -> list[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from caches import BackgroundError
 from conformance.gates import Gate
 from spec.clock import ManualClock
@@ -34,7 +35,7 @@ def test_a_bug_on_the_prefetch_thread_is_raised_by_the_next_scheduler_call(cache
     assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
     # The failed operation was ended: nothing waits forever. (Waited on directly:
     # wait_prefetch_io itself refuses once the failure is recorded.)
-    assert cache.ongoing_prefetch["r1"].io_done.wait(20.0), "the failed prefetch was never ended"
+    assert cache.ongoing_prefetch["r1"].io_done.wait(WAIT_S), "the failed prefetch was never ended"
     for call in (lambda: cache.check_prefetch_progress(["r1"]), lambda: cache.match_prefix(tokens), cache.flush):
         with pytest.raises(BackgroundError) as err:
             call()

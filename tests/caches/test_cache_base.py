@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from caches.config import CacheConfig
 from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
@@ -31,7 +32,6 @@ from spec.trace import HOST, LOAD, LOAD_BACK_COPY, EventKind, TraceRecorder
 from oracles import Oracle  # tests/caches/oracles.py, importable through tests/caches/conftest.py
 
 PS = 4
-WAIT_S = 10.0
 
 
 class StateCache(HiRadixCache):
@@ -771,7 +771,7 @@ def test_io_ending_between_drain_and_the_in_flight_check_leaks_no_slot(rig, monk
 def commit_with_io_in_flight_on_one_rank(env, root: str) -> dict:
     """One rank of the test below: rank 0's second KV batch is still in flight at the commit; rank 1 has loaded everything."""
     trace = TraceRecorder(ManualClock(0.0), rank=env.rank)
-    gate = Gate(trace, timeout_s=20)
+    gate = Gate(trace, timeout_s=WAIT_S)
     seen = [0]
 
     def second_kv_batch(e):
@@ -781,7 +781,7 @@ def commit_with_io_in_flight_on_one_rank(env, root: str) -> dict:
         return False
 
     config = CacheConfig(page_size=4, device_pages=8, host_pages=16, kv_elem_shape=(2, 2), prefetch_policy="best_effort",
-                         storage_batch_pages=1, storage_path=root, wait_timeout_s=20.0)
+                         storage_batch_pages=1, storage_path=root, wait_timeout_s=WAIT_S)
     cache = HiRadixCache(config, trace=trace, process_group=env.group)
     try:
         tokens = list(range(1, 13))

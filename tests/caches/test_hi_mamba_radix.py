@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from caches.config import CacheConfig
 from caches.core.hashing import page_hashes
 from caches.hi_mamba_radix import HiMambaRadixCache
@@ -27,7 +28,6 @@ from spec.trace import BACKUP, EventKind, TraceRecorder
 PAGE = 4
 KV_SHAPE = (2, 3)
 STATE_SHAPE = (5,)
-WAIT_S = 10.0
 POOL_SHAPES = [SimpleNamespace(name="kv", unit="token", elem_shape=KV_SHAPE, dtype=torch.float32),
                SimpleNamespace(name="mamba", unit="state", elem_shape=STATE_SHAPE, dtype=torch.float32)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
 from conformance import devices
@@ -18,7 +19,6 @@ from spec.timeout import timeout_budget
 from spec.trace import EventKind, TraceRecorder
 
 PS = 4
-WAIT_S = 10.0
 
 
 def make_config(tmp_path, device: str = "cpu", **overrides) -> CacheConfig:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.multirank.processes import run_ranks
 from conformance.scenarios import pool_data
 
@@ -44,7 +45,7 @@ def round_trip(env) -> dict:
             page_size=PAGE_SIZE, device_pages=16, host_pages=16, state_device_slots=8, state_host_slots=8,
             kv_elem_shape=(2, 3), indexer_elem_shape=(3,), state_elem_shape=(5,), extra_pools=extra,
             prefetch_policy="wait_complete", storage_backend="file", storage_path=str(workdir / name),
-            storage_batch_pages=2, wait_timeout_s=20.0,
+            storage_batch_pages=2, wait_timeout_s=WAIT_S,
         )
 
         def make(trace):

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.bounds import WAIT_S
 from conformance.gates import Gate
 from spec import check
 from spec.clock import ManualClock
 from spec.trace import LOAD, EventKind, TraceRecorder
 
 NAMES = ("hiradix", "unified_radix", "hi_mamba_radix")
-WAIT_S = 20.0
 
 
 @pytest.mark.parametrize("name", NAMES)

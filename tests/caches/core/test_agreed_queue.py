@@ -12,12 +12,12 @@ import threading
 import pytest
 import torch.distributed as dist
 
+from conformance.bounds import WAIT_S
 from caches.core.agreed_queue import AgreedQueue
 from caches.core.reducer import LocalReducer, TorchDistReducer
 from conformance.multirank.processes import run_ranks
 from spec.trace import EventKind, TraceRecorder
 
-WAIT_S = 10.0
 TIMEOUT = datetime.timedelta(seconds=20)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from caches.core.allocator import PageAllocator
 from caches.core.controller import BackupJob, StorageController
 from caches.core.hashing import page_hashes
@@ -27,7 +28,6 @@ from spec.fence import HitPolicy, committable_pages
 from spec.trace import BACKUP, HOST, LOAD, EventKind, TraceRecorder, page_digest
 
 PS = 4
-WAIT_S = 10.0
 HOST_PAGES = 16
 
 

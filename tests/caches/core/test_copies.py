@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from caches.core.allocator import PageAllocator
 from caches.core.copies import CopyTracker
 from caches.core.copy_engine import CopyEngine, CopyTimeout
@@ -20,7 +21,6 @@ from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, WRITE_BACK_COPY, EventKind,
 
 PS = 4
 PAGES = 8
-WAIT_S = 10.0
 
 
 def slots(first_page: int, pages: int = 1) -> torch.Tensor:

@@ -14,6 +14,7 @@ import threading
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from caches.core.allocator import PageAllocator
 from caches.core.hashing import page_hashes
 from caches.core.operation import FenceError, PoolPlan, PrefetchOperation
@@ -23,7 +24,6 @@ from spec.fence import HitPolicy, PoolProgress
 from spec.trace import HOST, EventKind, TraceRecorder
 
 PS = 4
-WAIT_S = 10.0
 
 
 class Harness:
