@@ -122,11 +122,14 @@ def no_gpu_reason() -> str:
 
 
 def device_params(distributed: bool, gpu_count: int) -> list[DeviceParam]:
-    """CPU always; under xdist one 'cuda'; otherwise one 'cuda:N' per GPU, or a skipped 'cuda' if none."""
+    """CPU always; under xdist one 'cuda'; otherwise one 'cuda:N' per GPU; none at all without a GPU (no phantom items).
+
+    The matrix still shows the GPU column that did not run, with the reason (Harness.device_ids).
+    """
     params = [DeviceParam(CPU)]
     if gpu_count == 0:
-        params.append(DeviceParam(CUDA, no_gpu_reason()))
-    elif distributed:
+        return params
+    if distributed:
         params.append(DeviceParam(CUDA))
     else:
         params += [DeviceParam(f"cuda:{i}") for i in range(gpu_count)]

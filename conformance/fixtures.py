@@ -32,8 +32,10 @@ from conformance.gates import Gate
 from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report import PROP_DEVICE_NOT_RUN
-from conformance.schedule_model import adapter_io_order, check_io_order
+from conformance.requirements import check_requirement
+from conformance.schedule_model import check_io_order
 from spec.clauses import CATALOGUE
+from spec.errors import ConfigError
 from spec.preconditions import PRECONDITIONS
 from spec.profiles import Profile
 from spec.clock import ManualClock
@@ -42,7 +44,7 @@ from spec.trace import TraceRecorder
 
 __all__ = [
     "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
-    "device", "io_order_the_test_drives", "require_fixture", "harness", "profile", "clock", "trace", "gate", "make_cache",
+    "device", "require_fixture", "harness", "profile", "clock", "trace", "gate", "make_cache",
 ]
 
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
@@ -52,6 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
     config.addinivalue_line("markers", "precondition(*ids): what the scenario assumes of the deployment (spec/preconditions.py); "
                                        "an adapter whose deployment does not produce one is not judged by it")
+    config.addinivalue_line("markers", "needs(*requirements): what the test needs of an adapter (conformance/requirements.py); "
+                                       "no item is collected for an adapter without it")
     config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
     config.addinivalue_line("markers", "io_order(order, why): the test drives IO in that order (schedule_model.IO_ORDERS); "
                                        "an adapter declaring another skips it, saying so")
@@ -65,6 +69,17 @@ def _clause_problems(item: pytest.Item) -> list[str]:
         unknown = [c for c in marker.args if c not in CATALOGUE]
         if unknown or not marker.args:
             problems.append(f"{item.name}: @pytest.mark.clause names unknown clauses {unknown or '(none)'}")
+    for marker in item.iter_markers("needs"):
+        for requirement in marker.args:
+            try:
+                check_requirement(requirement)
+            except ConfigError as exc:
+                problems.append(f"{item.name}: @pytest.mark.needs: {exc}")
+    for marker in item.iter_markers("io_order"):
+        try:
+            check_io_order(marker.args[0] if marker.args else None, "io_order marker")
+        except ConfigError as exc:
+            problems.append(f"{item.name}: @pytest.mark.io_order: {exc}")
     for marker in item.iter_markers("precondition"):
         unknown = [p for p in marker.args if p not in PRECONDITIONS]
         if unknown or not marker.args:
@@ -148,20 +163,6 @@ def device(request: pytest.FixtureRequest) -> str:
         request.node.user_properties.append((PROP_DEVICE_NOT_RUN, reason))
         pytest.skip(reason)
     return devices.torch_device(param)
-
-
-@pytest.fixture(autouse=True)
-def io_order_the_test_drives(request: pytest.FixtureRequest) -> None:
-    """A test marked io_order(order, why) skips for an adapter that declares another IO order (ADAPTERS.md)."""
-    marker = request.node.get_closest_marker("io_order")
-    callspec = getattr(request.node, "callspec", None)
-    impl = callspec.params.get("impl") if callspec is not None else None
-    if marker is None or impl is None:
-        return
-    order, why = check_io_order(marker.args[0], "io_order marker"), marker.args[1]
-    declared = adapter_io_order(impl)
-    if declared != order:
-        pytest.skip(f"drives the IO in the order {order!r} ({why}); adapter {impl.name!r} declares io_order {declared!r}")
 
 
 @pytest.fixture(name="require")

@@ -17,11 +17,14 @@ from conformance import devices
 from conformance.declarations import Declarations, declarations
 from conformance.expectations import Expectations, collect as collect_expected_failures
 from conformance.loader import Origin, load_adapters, load_checkout_adapters
-from conformance.report import PROP_DEVICE_NOT_RUN, PROP_JUDGED_OUT, PROP_WEAK, item_properties
+from conformance.report import PROP_WEAK, item_properties
+from conformance.requirements import missing
+from conformance.schedule_model import adapter_io_order
 from spec.preconditions import PRECONDITIONS
 from spec.errors import ConfigError
 
 MATCHED_KEY = "conformance_matched_expected_failures"  # xdist workeroutput key
+NOT_COLLECTED_KEY = "conformance_not_collected"  # xdist workeroutput key: Harness.not_collected
 
 
 @dataclass
@@ -32,6 +35,7 @@ class Harness:
     distributed: bool  # xdist worker or controller: one "cuda" param
     missing: list = field(default_factory=list)  # (implementation, why not run): classes a --sglang checkout lacks
     declared: dict[str, Declarations] = field(default_factory=dict)  # adapter name -> its profile and deployment
+    not_collected: list = field(default_factory=list)  # items left out for their adapter: {nodeid, impl, device, clauses, state, reason}
     _device_params: list[devices.DeviceParam] | None = field(default=None, repr=False)
 
     def declarations_of(self, adapter: Any) -> Declarations:
@@ -43,9 +47,11 @@ class Harness:
         return self._device_params
 
     def device_ids(self) -> list[str]:
+        """The matrix's columns: the devices tests run on, and the GPU column that did not run when none is visible."""
         if self.distributed:  # the controller need not initialize CUDA to know the columns
             return [devices.CPU, devices.CUDA]
-        return [param.id for param in self.device_params()]
+        ids = [param.id for param in self.device_params()]
+        return ids if len(ids) > 1 else [*ids, devices.CUDA]
 
     def is_adapter(self, value: Any) -> bool:
         return any(value is adapter for adapter in self.adapters)
@@ -59,34 +65,57 @@ class Harness:
         return lines + [f"conformance: {name} not run: {why}" for name, why in self.missing] + live_plugin.report_lines(config)
 
     def mark_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Each conformance test carries its impl, device, clauses (or weak) for the matrix; listed ones become strict xfails."""
-        unavailable = {param.id: param.skip_reason for param in self.device_params() if param.skip_reason}
+        """Each conformance test carries its impl, device, clauses (or weak) for the matrix; listed ones become strict xfails.
+
+        An item that says nothing about its adapter (it needs what the adapter
+        lacks, assumes what its deployment does not produce, or checks only
+        another architecture's mechanism) is not collected: it is listed in
+        not_collected, and the report shows its clauses as not judged or not
+        applicable, with the reason.
+        """
+        kept, dropped = [], []
         for item in items:
             callspec = getattr(item, "callspec", None)
             adapter = callspec.params.get("impl") if callspec is not None else None
             if not self.is_adapter(adapter):
-                continue  # not one of the suite's tests: someone else's parameter named impl
+                kept.append(item)  # not one of the suite's tests: someone else's parameter named impl
+                continue
             clauses = clause_ids(item)
             device = callspec.params.get("device", devices.ANY_DEVICE)
+            left_out = self._left_out(item, adapter, clauses)
+            if left_out is not None:
+                state, why = left_out
+                self.not_collected.append({"nodeid": item.nodeid, "impl": adapter.name, "device": device, "clauses": clauses,
+                                           "state": state, "reason": why})
+                dropped.append(item)
+                continue
+            kept.append(item)
             item.user_properties.extend(item_properties(adapter.name, device, clauses))
             weak = item.get_closest_marker("weak")
             if weak is not None:
                 item.user_properties.append((PROP_WEAK, str(weak.args[0]) if weak.args else ""))
-            if device in unavailable:
-                item.user_properties.append((PROP_DEVICE_NOT_RUN, unavailable[device]))
-            judged_out = self._judged_out(item, adapter, clauses)
-            if judged_out is not None:
-                state, why = judged_out
-                item.user_properties.append((PROP_JUDGED_OUT, state))
-                item.add_marker(pytest.mark.skip(reason=f"{state}: {why}"))
-                continue
             entry = self.expectations.find(adapter.name, getattr(item, "originalname", item.name), item.name, clauses)
             if entry is not None:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"expected failure of {adapter.name} ({entry.source}): {entry.reason}"))
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
         workeroutput = getattr(config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[MATCHED_KEY] = sorted(self.expectations.matched)
+            workeroutput[NOT_COLLECTED_KEY] = list(self.not_collected)
 
+    def _left_out(self, item: pytest.Item, adapter: Any, clauses: list[str]) -> tuple[str, str] | None:
+        """("not-judged" | "not-applicable", why) for an item that says nothing about this adapter; None: it runs."""
+        needs = [r for marker in item.iter_markers("needs") for r in marker.args]
+        lacking = missing(adapter, needs)
+        marker = item.get_closest_marker("io_order")
+        if marker is not None and adapter_io_order(adapter) != marker.args[0]:
+            lacking.append(f"it drives the IO in the order {marker.args[0]!r} ({marker.args[1]}); adapter {adapter.name!r} "
+                           f"declares io_order {adapter_io_order(adapter)!r}")
+        if lacking:
+            return "not-judged", "; ".join(lacking)
+        return self._judged_out(item, adapter, clauses)
 
     def _judged_out(self, item: pytest.Item, adapter: Any, clauses: list[str]) -> tuple[str, str] | None:
         """("not-applicable" | "not-judged", why) for a test that says nothing about this implementation; None: it judges it."""

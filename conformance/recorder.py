@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from conformance import decision_rows
-from conformance.harness import MATCHED_KEY
+from conformance.harness import MATCHED_KEY, NOT_COLLECTED_KEY
 from conformance.report import INTERLEAVINGS_KEY, SCHEMA_VERSION, ConformanceReport, OutcomeRecord, read_properties
 from conformance.report_render import render_terminal, write_report
 
@@ -53,6 +53,7 @@ class MatrixRecorder:
         self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
         self.decision_entries: dict[tuple[str, str], list[dict]] = {}  # (impl, device) -> decision-table tests
         self.worker_matched: set[str] = set()
+        self.worker_not_collected: dict[str, dict] = {}  # nodeid -> what a worker left out (every worker collects the same)
         self.data: dict | None = None
         self.written: tuple[Path, ...] = ()
         self._warming = False
@@ -81,7 +82,9 @@ class MatrixRecorder:
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.worker_matched.update(getattr(node, "workeroutput", {}).get(MATCHED_KEY, ()))
+        output = getattr(node, "workeroutput", {})
+        self.worker_matched.update(output.get(MATCHED_KEY, ()))
+        self.worker_not_collected.update({entry["nodeid"]: entry for entry in output.get(NOT_COLLECTED_KEY, ())})
 
     def _device_reasons(self) -> dict[str, str]:
         """Why GPU columns cannot run, as this process knows it (it sees what its xdist workers pin from)."""
@@ -101,10 +104,12 @@ class MatrixRecorder:
         clauses = clause_texts()
         rows, stale = harness.expectations.report(harness.expectations.matched | self.worker_matched)
         # An implementation none of whose tests was selected (-k, -m, deselection) did not run: it is said so, not shown uncovered.
-        selected = {record.impl for record in self.records.values()}
+        left_out = list(self.worker_not_collected.values()) or list(harness.not_collected)
+        selected = {record.impl for record in self.records.values()} | {entry["impl"] for entry in left_out}
         deselected = [(a.name, "no test of it was selected in this run") for a in harness.adapters if a.name not in selected]
         results = ConformanceReport(
             records=list(self.records.values()),
+            not_collected=left_out,
             pairs={adapter.name: devices for adapter in harness.adapters if adapter.name in selected},
             clause_ids=list(clauses),
             expected_failures=rows,

@@ -173,7 +173,9 @@ def build_matrix(records: Sequence[OutcomeRecord], pairs: Mapping[str, Sequence[
                     outcomes.setdefault(clause, []).append(outcome)
             row = {clause: clause_status(outcomes[clause]) for clause in clause_ids}
             if device in not_run:
-                row = {clause: "uncovered" if status == "uncovered" else "not-run" for clause, status in row.items()}
+                # A device that did not run has no items of its own: what its implementation's tests cite anywhere did not run there.
+                cited = {clause for record in records if record.impl == impl and record.weak is None for clause in record.clauses}
+                row = {clause: "not-run" if status != "uncovered" or clause in cited else "uncovered" for clause, status in row.items()}
             matrix[impl][device] = row
             uncovered[impl][device] = [clause for clause in clause_ids if row[clause] == "uncovered"]
     return matrix, uncovered
@@ -248,12 +250,15 @@ class ConformanceReport:
     missing: Sequence[tuple[str, str]] = ()
     device_reasons: Mapping[str, str] = field(default_factory=dict)  # device -> why it cannot run here, as far as known
     declarations: Mapping[str, Any] = field(default_factory=dict)  # impl -> conformance.declarations.Declarations
+    not_collected: Sequence[Mapping[str, Any]] = ()  # items left out for their adapter (Harness.not_collected)
 
     def as_json(self) -> dict:
         """The results part of the report (the recorder adds suite, run, target, implementations and clauses)."""
-        columns = [device for devices in _columns(self.records, self.pairs).values() for device in devices]
+        # An item left out for its adapter counts for its clauses as a skip would: not judged (or not applicable), with the reason.
+        records = [*self.records, *(left_out_record(entry) for entry in self.not_collected)]
+        columns = [device for devices in _columns(records, self.pairs).values() for device in devices]
         not_run = devices_not_run(self.records, columns, self.device_reasons)
-        outcomes, uncovered = build_matrix(self.records, self.pairs, self.clause_ids, not_run)
+        outcomes, uncovered = build_matrix(records, self.pairs, self.clause_ids, not_run)
         profiles = {impl: d.profile.id for impl, d in self.declarations.items()}
         matrix = verdict_matrix(outcomes, profiles)
         decisions: dict = {}
@@ -267,7 +272,8 @@ class ConformanceReport:
             "matrix": matrix,
             "outcomes": outcomes,
             "declarations": {impl: d.as_json() for impl, d in self.declarations.items()},
-            "cell_notes": cell_notes(self.records, matrix, self.declarations),
+            "cell_notes": cell_notes(records, matrix, self.declarations),
+            "not_collected": [dict(entry) for entry in sorted(self.not_collected, key=lambda e: e["nodeid"])],
             "tests": [r.as_json() for r in sorted(self.records, key=lambda r: r.nodeid) if r.outcome],
             "expected_failures": self.expected_failures,
             "stale_expected_failures": self.stale_expected_failures,
@@ -277,6 +283,12 @@ class ConformanceReport:
             "not_run": [{"impl": name, "reason": why} for name, why in self.missing],
             "skips": skip_groups(self.records),
         }
+
+
+def left_out_record(entry: Mapping[str, Any]) -> OutcomeRecord:
+    """An item not collected for its adapter, as the record a skip of it would have left (it is no test of the run)."""
+    return OutcomeRecord(entry["nodeid"], entry["impl"], entry["device"], list(entry["clauses"]), outcome="skip",
+                         skip_reason=entry["reason"], judged_out=entry["state"])
 
 
 def cell_notes(records: Sequence[OutcomeRecord], matrix: Mapping[str, Any], declared: Mapping[str, Any]) -> dict:

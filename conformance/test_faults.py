@@ -32,6 +32,9 @@ from spec.timeout import timeout_budget
 from spec.trace import LOAD, Event, EventKind
 
 RID = "faulty"
+# KV always; an extra pool only for adapters running with it.
+POOL_PARAMS = ["kv", *(pytest.param(p, marks=pytest.mark.needs(f"default_pool:{p}")) for p in ("indexer", "mamba"))]
+EXTRA = pytest.mark.needs("extra_pools")
 PAGE_SIZE = 4
 PAGES = 4
 BATCH_PAGES = 2  # two KV batches
@@ -92,8 +95,7 @@ def all_pages_extras(cache) -> list[str]:
 
 
 def need_pool(cache, impl, pool: str) -> None:
-    if pool not in cache.pools:
-        pytest.skip(f"adapter {impl.name!r} runs without pool {pool!r} (default extra pools: {impl.default_extra_pools})")
+    assert pool in cache.pools, f"test setup: {impl.name} declares {pool} among its default extra pools, yet its cache runs without it"
 
 
 def page_keys(rig: Rig, pool: str) -> list[str]:
@@ -162,7 +164,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
 # --- partial hits and damaged pages --------------------------------------------------------------
 
 @pytest.mark.clause("F3", "F11", "F4", "F8", "S3", "S5")
-@pytest.mark.parametrize("pool", ["kv", "indexer", "mamba"])
+@pytest.mark.parametrize("pool", POOL_PARAMS)
 def test_partial_hit_loads_only_the_stored_prefix(rig, impl, pool):
     cache = rig.make("wait_complete")
     need_pool(cache, impl, pool)
@@ -199,7 +201,7 @@ def _flip_payload_byte(path: Path) -> None:
 
 @pytest.mark.clause("F3", "F11", "F4", "F8", "S1", "S3", "S5", "S7", "L5")
 @pytest.mark.parametrize("damage", [_truncate, _damage_header, _flip_payload_byte], ids=["truncated", "bad-header", "payload-bit-flip"])
-@pytest.mark.parametrize("pool", ["kv", "indexer", "mamba"])
+@pytest.mark.parametrize("pool", POOL_PARAMS)
 def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
     cache = rig.make("wait_complete")
     need_pool(cache, impl, pool)
@@ -223,12 +225,10 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
 
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch, then the extra-pool get after all of KV")
 @pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F11", "F4", "F5", "F10", "S1", "S3", "S5")
-@pytest.mark.parametrize("held", ["kv-batch-2", "extra-pool"])
+@pytest.mark.parametrize("held", ["kv-batch-2", pytest.param("extra-pool", marks=EXTRA)])
 def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
     cache = rig.make("timeout")
     extras = extra_pools(cache)
-    if held == "extra-pool" and not extras:
-        pytest.skip(f"adapter {impl.name!r} runs without extra pools")
     tokens, data = stored_request(cache)
     target = ("kv", 2) if held == "kv-batch-2" else (extras[0], 1)
     hold = rig.gate.hold(f"{held} of {RID}", nth_load(rig, *target))
@@ -257,11 +257,10 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
 
 @pytest.mark.clause("F3", "F11", "F4", "F6", "F10", "S1", "S5", "L1", "L5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout", "best_effort"])
+@pytest.mark.needs("extra_pools")
 def test_extra_pool_failing_after_kv(rig, impl, policy):
     cache = rig.make(policy)
     extras = extra_pools(cache)
-    if not extras:
-        pytest.skip(f"adapter {impl.name!r} runs without extra pools")
     tokens, data = stored_request(cache)
     for name in extras:
         rig.gate.fail(f"storage raises at the {name} transfer", nth_load(rig, name, 1))
@@ -280,12 +279,10 @@ def test_extra_pool_failing_after_kv(rig, impl, policy):
 
 @pytest.mark.clause("F5", "F8", "S1", "S2", "S3", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "best_effort"])
-@pytest.mark.parametrize("when", ["at-once", "kv-batch-2", "extra-pool", "after-io"])
+@pytest.mark.parametrize("when", ["at-once", "kv-batch-2", pytest.param("extra-pool", marks=EXTRA), "after-io"])
 def test_abort_mid_prefetch_returns_every_slot(rig, impl, policy, when):
     cache = rig.make(policy)
     extras = extra_pools(cache)
-    if when == "extra-pool" and not extras:
-        pytest.skip(f"adapter {impl.name!r} runs without extra pools")
     tokens, data = stored_request(cache)
     hold = None
     if when in ("kv-batch-2", "extra-pool"):

@@ -41,8 +41,7 @@ def trace(clock, profile) -> WatchedTrace:
     return WatchedTrace(clock, profile=profile.id)
 
 
-def make(make_cache, require, impl, policy: str = "best_effort", **env):
-    require(impl, "hold_points")
+def make(make_cache, policy: str = "best_effort", **env):
     config = TerminationConfig(policy=policy, page_size=PS)
     return make_cache(termination=config, batch_pages=BATCH, **env), config
 
@@ -75,11 +74,12 @@ def starts_after_terminate(trace) -> list[Event]:
     return [e for e in op_events(trace, "r1", EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
 
 
+@pytest.mark.needs("hold_points")
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
 @pytest.mark.clause("F3", "F11", "F5", "S1", "S3")
-def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, require, trace, gate):
+def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, trace, gate):
     """Terminate while the second KV batch's storage call has returned but its end has not published it."""
-    cache, config = make(make_cache, require, impl)
+    cache, config = make(make_cache)
     tokens, data, landed, done = terminated_while_held(cache, trace, gate, "second KV batch landed",
                                                        nth_of(trace, EventKind.IO_LANDED, "kv", 2), seed=71)
     committed, allowed = done["r1"], fence_tokens(trace.events(), "r1", cache.pools, PS)
@@ -93,15 +93,16 @@ def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_
     close_and_check(cache, trace, config)
 
 
+@pytest.mark.needs("hold_points")
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
 @pytest.mark.clause("F2", "F3", "F11", "F5", "S1")
-def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_cache, require, trace, gate):
+def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_cache, trace, gate):
     """The scheduler is held right after terminate while the second batch ends: the commit must be what the snapshot held.
 
     An implementation that reads progress again after the mark (outside its
     lock, or from the live operation) commits the batch that ended meanwhile.
     """
-    cache, config = make(make_cache, require, impl)
+    cache, config = make(make_cache)
     tokens, data = stored_request(cache, seed=72, pages=PAGES, page_size=PS)
     landed = gate.hold("second KV batch landed", nth_of(trace, EventKind.IO_LANDED, "kv", 2))
     assert cache.prefetch("r1", tokens) == len(tokens)
@@ -124,11 +125,12 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
     close_and_check(cache, trace, config)
 
 
+@pytest.mark.needs("hold_points")
 @pytest.mark.io_order("kv_then_extras", "holds the first KV batch's end, before the second batch could start")
 @pytest.mark.clause("F1", "S2", "F5")
-def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, require, trace, gate):
+def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate):
     """The IO thread is held right after the first batch ended; the scheduler terminates; the second batch must not start."""
-    cache, config = make(make_cache, require, impl)
+    cache, config = make(make_cache)
     tokens, data, ended, done = terminated_while_held(cache, trace, gate, "first KV batch ended",
                                                       nth_of(trace, EventKind.IO_END, "kv", 1), seed=73)
     ended.release()
@@ -140,14 +142,14 @@ def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache,
     close_and_check(cache, trace, config)
 
 
+@pytest.mark.needs("hold_points", "pool:swa")
 @pytest.mark.io_order("kv_then_extras", "damages the window's pages while the first KV batch is held")
 @pytest.mark.clause("F10", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "best_effort"])
-def test_a_window_of_which_one_page_arrived_is_not_attached(impl, make_cache, require, trace, gate, tmp_path, policy):
+def test_a_window_of_which_one_page_arrived_is_not_attached(impl, make_cache, trace, gate, tmp_path, policy):
     """One of the window's pages vanishes from storage after the existence check: the window arrives in part only."""
-    require(impl, "pool:swa")
     storage = tmp_path / "window-storage"
-    cache, config = make(make_cache, require, impl, policy, storage_dir=storage, extra_pools=("swa",))
+    cache, config = make(make_cache, policy, storage_dir=storage, extra_pools=("swa",))
     require_pool(cache, impl, "swa")
     tokens, data = stored_request(cache, seed=74, pages=PAGES, page_size=PS)
     window_files = sorted(pool_files(storage, "swa", trace))

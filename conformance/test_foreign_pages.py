@@ -26,10 +26,9 @@ def _reader_env(differs: str) -> dict:
 
 @pytest.mark.precondition("shared_storage_across_configs")
 @pytest.mark.clause("S6")
-@pytest.mark.parametrize("differs", ["dtype", "layout", "page_size"])
-def test_pages_of_another_configuration_are_misses(impl, make_cache, require, trace, tmp_path, differs):
-    if differs != "page_size":
-        require(impl, "kv_formats")
+@pytest.mark.parametrize("differs", [pytest.param("dtype", marks=pytest.mark.needs("kv_formats")),
+                                     pytest.param("layout", marks=pytest.mark.needs("kv_formats")), "page_size"])
+def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_path, differs):
     shared = tmp_path / "shared-storage"
     writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=PS), storage_dir=shared)
     tokens = request_tokens(61, PAGES * PS)

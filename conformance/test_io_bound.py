@@ -101,12 +101,11 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
 
 @pytest.mark.io_order("kv_then_extras", "holds the extra-pool get after all of KV")
 @pytest.mark.clause("L4", "F3", "F11", "F5")
+@pytest.mark.needs("extra_pools")
 def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock, profile):
     config = TerminationConfig(policy="wait_complete", page_size=PS)
     cache = make_cache(termination=config, batch_pages=BATCH, io_timeout_s=BOUND_S)
     extras = all_pages_extra_pools(cache) + trailing_pools(cache)
-    if not extras:
-        pytest.skip(f"{impl.name} runs without an extra pool by default: no sidecar read to hold")
     tokens, _ = stored_request(cache, seed=41, pages=PAGES, page_size=PS)
     held, hung, done = hold_past_the_bound(cache, trace, gate, clock, f"{extras[0]} get", io_start(extras[0]), tokens, profile.counterpart("D3"))
     assert {e.pool for e in hung} <= set(extras), f"a KV load was still running while the {extras[0]} get was held: {hung}"

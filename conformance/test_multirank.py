@@ -32,15 +32,16 @@ from spec.trace import EventKind
 
 FULL = 16  # tokens of every scenario's request (4 pages of 4)
 
+pytestmark = pytest.mark.needs("multi_rank")  # every implementation test here launches ranks
+
 
 @pytest.fixture
-def run_ranks(impl, device, tmp_path, request, require):
+def run_ranks(impl, device, tmp_path, request):
     """run_ranks(scenarios, world_size=2) -> one ScenarioOutcome per scenario (fails on any problem).
 
     On CUDA rank r uses cuda:r (nccl), so a run needs world_size visible GPUs
     and runs once, under the first GPU param.
     """
-    require(impl, "multi_rank")
     if device not in ("cpu", "cuda:0"):
         pytest.skip(f"multi-rank CUDA runs use cuda:0..cuda:<world_size - 1> and run once, under cuda:0 (not {device})")
     ref = adapter_ref(impl, request.config.getoption("--cache-impl"))
@@ -109,10 +110,9 @@ def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
 @pytest.mark.clause("D3", "X3", "X1", "F3", "F11", "F4", "S1", "S4")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+@pytest.mark.needs("extra_pools")
 def test_extra_pool_pending_on_one_rank(run_ranks, impl, world_size, policy, profile):
     """The last rank has KV but its extra-pool transfer is held; the other ranks are done."""
-    if not impl.default_extra_pools:
-        pytest.skip(f"{impl.name} runs without extra pools by default")
     (outcome,) = run_ranks([Scenario("extra_pool_pending_on_one_rank", {"policy": policy})], world_size)
     assert outcome.ranks[-1].notes["pending_extra"], "test setup: the last rank's extra-pool transfer was not held at the check"
     if profile.id not in VOTE_PROFILES:
@@ -300,9 +300,9 @@ GRID = "2x2"
 
 @pytest.mark.precondition("abort_on_one_rank")
 @pytest.mark.clause("X2", "X4", "L3", "S4")
+@pytest.mark.needs("vote_groups")
 def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
     """Four ranks reducing over two vote groups each: an abort on the last rank joins neutrally on both its groups."""
-    require(impl, "vote_groups")
     (aborted,) = run_ranks([
         Scenario("in_groups", {"layout": GRID, "inner": "abort_on_one_rank", "aborting_rank": 3, "peers_level": "done"}),
     ], 4)
@@ -313,6 +313,7 @@ def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
 
 
 @pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5")
+@pytest.mark.needs("vote_groups")
 def test_2x2_groups_skewed_io(run_ranks, impl, require):
     """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.
 
@@ -320,7 +321,6 @@ def test_2x2_groups_skewed_io(run_ranks, impl, require):
     one vote collective per group and id (X2, X4) and the ranks of each group
     run the same collectives on it (L3): scenario_problems() compares them group by group.
     """
-    require(impl, "vote_groups")
     (skewed,) = run_ranks([Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"})], 4)
     finished = skewed.finished_at("r1")
     assert finished == {rank: ("cache 0 check 4", FULL) for rank in range(4)}, f"L1/S4: every rank must finish r1 at the slowest rank's step (got {finished})"

@@ -21,8 +21,6 @@ from conformance.races import (
     op_events,
     pool_files,
     remove_files,
-    require,
-    require_pool,
     served,
     stored_request,
     trailing_pools,
@@ -35,13 +33,14 @@ from spec.trace import EventKind
 PS = 4  # page size
 PAGES = 4  # pages per request: two KV batches of two pages
 BATCH = 2
-EXTRA_POOLS = ["indexer", "mamba"]
+# Each pool param is collected only for adapters running with that pool.
+EXTRA_POOLS = [pytest.param(p, marks=pytest.mark.needs(f"pool:{p}", f"default_pool:{p}")) for p in ("indexer", "mamba")]
 
 
 @pytest.fixture
-def trace(clock):
+def trace(clock, profile):
     # Also gates VOTE: a test can hold the scheduler between its vote and its terminate.
-    return SchedulerPointRecorder(clock)
+    return SchedulerPointRecorder(clock, profile=profile.id)
 
 
 def make(make_cache, policy: str, **env):
@@ -50,9 +49,8 @@ def make(make_cache, policy: str, **env):
 
 
 def extra_cache(impl, make_cache, policy: str, pool: str):
-    require(impl, f"pool:{pool}")
     cache, config = make(make_cache, policy)
-    require_pool(cache, impl, pool)
+    assert pool in cache.pools, f"test setup: {impl.name} declares {pool} among its default extra pools, yet its cache runs without it"
     return cache, config
 
 
@@ -205,11 +203,10 @@ def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, g
 
 @pytest.mark.clause("F3", "F11", "S5", "L1")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+@pytest.mark.needs("pool:indexer", "default_pool:indexer")
 def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_path, policy):
-    require(impl, "pool:indexer")
     storage = tmp_path / "p6-storage"
     cache, config = make(make_cache, policy, storage_dir=storage)
-    require_pool(cache, impl, "indexer")
     tokens = request_tokens(17, PAGES * PS)
     data = request_data(cache, tokens, 17)
     kept = 2 * PS
