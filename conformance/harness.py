@@ -99,7 +99,8 @@ class Harness:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"expected failure of {adapter.name} ({entry.source}): {entry.reason}"))
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
+        # The fastest verdicts first: a wrong decision or race shows within seconds, before the long explorations and launches.
+        items[:] = sorted(kept, key=run_order)
         workeroutput = getattr(config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[MATCHED_KEY] = sorted(self.expectations.matched)
@@ -130,6 +131,21 @@ class Harness:
             return "not-applicable", (f"it checks {', '.join(foreign)}, mechanism of other architectures; {adapter.name} declares "
                                       f"{declared.profile.id} ({declared.profile.title})")
         return None
+
+
+# Suite modules by how fast they give a verdict; a module not listed runs between the single-rank races and the slow ones.
+FAST_FIRST = ("test_decision", "test_smoke_roundtrip", "test_windows", "test_fence", "test_fence_holds", "test_liveness",
+              "test_faults", "test_io_bound", "test_foreign_pages", "test_config")
+SLOW_LAST = ("test_exploration", "test_multirank")
+
+
+def run_order(item: pytest.Item) -> int:
+    stem = getattr(getattr(item, "path", None), "stem", "")
+    if stem in FAST_FIRST:
+        return FAST_FIRST.index(stem)
+    if stem in SLOW_LAST:
+        return len(FAST_FIRST) + 1 + SLOW_LAST.index(stem)
+    return len(FAST_FIRST)
 
 
 def preconditions_of(item: pytest.Item) -> list[str]:

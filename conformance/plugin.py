@@ -94,10 +94,6 @@ def suite_requested(config: pytest.Config) -> bool:
     return any(reaches_package(str(arg), invocation_dir, pyargs) for arg in config.args)
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return getattr(config, "workerinput", None) is not None
-
-
 @pytest.hookimpl(tryfirst=True)  # pin the worker's GPU before any other plugin could touch CUDA
 def pytest_configure(config: pytest.Config) -> None:
     if suite_requested(config) and not config.getoption("help", False):  # --help needs no adapter

@@ -23,7 +23,8 @@ import pytest
 from conformance import decision_rows
 from conformance.harness import MATCHED_KEY, NOT_COLLECTED_KEY
 from conformance.report import INTERLEAVINGS_KEY, SCHEMA_VERSION, ConformanceReport, OutcomeRecord, read_properties
-from conformance.report_render import render_terminal, write_report
+from conformance.report_files import write_report
+from conformance.report_render import render_terminal
 
 RECORDER_NAME = "conformance-matrix"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from conformance.decision_rows import describe_row
@@ -198,16 +197,3 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     out += ["", "## Tests", "", (", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "none ran")
             + (f" ({weak} weak: they cite no clause)" if weak else ""), ""]
     return "\n".join(out)
-
-
-def write_report(data: Mapping[str, Any], path: str | Path) -> tuple[Path, Path, Path]:
-    """PATH.json, PATH.md and PATH.html (parent folders created)."""
-    from conformance.report_html import render_html
-
-    base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    paths = tuple(base.with_name(base.name + suffix) for suffix in (".json", ".md", ".html"))
-    paths[0].write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    paths[1].write_text(render_markdown(data), encoding="utf-8")
-    paths[2].write_text(render_html(data), encoding="utf-8")
-    return paths  # type: ignore[return-value]

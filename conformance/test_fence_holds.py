@@ -110,7 +110,7 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
     at_terminate = gate.hold("scheduler after terminating r1", lambda e: e.kind is EventKind.TERMINATE and e.op == "r1")
     checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
     with checker.parked_at(gate):
-        mark = at_terminate.wait_reached()
+        at_terminate.wait_reached()
         ended = gate.hold("second KV batch ended", nth_of(trace, EventKind.IO_END, "kv", 2))
         landed.release()  # the batch ends now, after the mark: nothing of it may count
         ended.wait_reached()

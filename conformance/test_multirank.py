@@ -25,6 +25,7 @@ from conformance.multirank import (
     launch,
     order_cases,
     run_or_fail,
+    scenario_problems,
 )
 from spec.fence import HitPolicy
 from spec.profiles import VOTE_PROFILES
@@ -282,7 +283,7 @@ def test_a_failing_rank_is_reported_and_stops_the_launch(tmp_path):
     scenarios = [Scenario("raise_on_rank", {"failing_rank": 1}), Scenario("raise_on_rank", {"failing_rank": 0})]
     result = launch(None, scenarios, world_size=2, device="cpu", workdir=tmp_path, hang_timeout_s=HANG_S)
     assert len(result.outcomes) == 1, "ranks must stop after a scenario failed on any rank"
-    problems = result.outcomes[0].problems()
+    problems = scenario_problems(result.outcomes[0])
     assert len(problems) == 1 and problems[0].startswith("rank 1 failed at about to fail:"), problems
     assert "RuntimeError: deliberate failure" in problems[0]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from lint import __version__
 
 if TYPE_CHECKING:
-    from lint.result import Result, plural
+    from lint.result import Result
 
 FORMATS = ("text", "json", "github", "sarif")
 

@@ -19,7 +19,6 @@ stdlib only: this runs before, and without, any libcst work.
 from __future__ import annotations
 
 import ast
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -17,7 +17,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable
 
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
@@ -218,16 +218,3 @@ def _as_slot_tuple(slots: Any) -> tuple[int, ...]:
     if isinstance(slots, int):
         return (slots,)
     return tuple(map(int, slots))
-
-
-def merge_by_rank(traces: Iterable[Trace]) -> dict[int, Trace]:
-    out: dict[int, Trace] = {}
-    for trace in traces:
-        if trace.rank in out:
-            raise ConfigError("rank", trace.rank, "one trace per rank")
-        out[trace.rank] = trace
-    return out
-
-
-def events_of(trace: Trace | Sequence[Event]) -> Sequence[Event]:
-    return trace.events if isinstance(trace, Trace) else trace

@@ -17,14 +17,25 @@ conformance/multirank/processes.py (`run_ranks`).
 from __future__ import annotations
 
 from pathlib import Path
+from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
 
+from conformance.adapter import ENTRY_POINT_GROUP
+from conformance.bounds import WAIT_S
 from conformance.lifecycle import close_and_check
 
-POOLS = {"hiradix": ("indexer",), "unified_radix": ("indexer", "mamba"), "hi_mamba_radix": ("mamba",)}
-WAIT_S = 20.0
+
+def _default_pools() -> dict[str, tuple[str, ...]]:
+    """Each registry cache's default extra pools: those of its adapter of the same name (the entry points are the one list)."""
+    from caches.registry import CACHE_CLASSES
+
+    adapters = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {name: tuple(adapters[name].load()().default_extra_pools) for name in CACHE_CLASSES}
+
+
+POOLS = _default_pools()
 
 
 def settings(name: str, storage_path: Path | str, **fields: Any) -> dict:

@@ -8,7 +8,8 @@ list of scenarios in one launch (process start-up dominates; the group is
 reused) and writes its traces and observations to a file the parent reads.
 
 Modules, so that the parent never loads what only a rank runs:
-- launch: what travels to and from the ranks, starting and supervising them;
+- records: what travels to and from the ranks (the plan, the scenarios, the results);
+- launch: starting and supervising the ranks, and reading what they wrote;
 - checks: what the parent requires of every scenario across ranks (its oracle);
 - rank: the rank process (heartbeat, IO valve, cache handles, scenario runner);
 - scenarios: request data and the scenario functions every rank runs.
@@ -17,22 +18,8 @@ Only the adapter protocol is used to reach an implementation.
 """
 
 from conformance.multirank.checks import expected_commit_pages, same_usable_prefix_problems, scenario_problems
-from conformance.multirank.launch import (
-    AdapterRef,
-    CheckRecord,
-    Launch,
-    LaunchResult,
-    LoadRecord,
-    MultiRankError,
-    RankScenarioResult,
-    Scenario,
-    ScenarioOutcome,
-    adapter_ref,
-    cuda_devices_needed,
-    first_divergence,
-    launch,
-    run_or_fail,
-)
+from conformance.multirank.launch import LaunchResult, MultiRankError, cuda_devices_needed, first_divergence, launch, run_or_fail
+from conformance.multirank.records import AdapterRef, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, ScenarioOutcome, adapter_ref
 from conformance.multirank.scenarios import LEVELS, ORDER_PAIRS, PAGE_SIZE, SCENARIOS, order_cases, staggered_level
 
 __all__ = [

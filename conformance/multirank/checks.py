@@ -7,7 +7,7 @@ the scenario conforms.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from conformance.failures import CLAUSE_LABEL
 from spec.clauses import CATALOGUE
@@ -18,8 +18,7 @@ from spec.invariants import check
 from spec.profiles import Profile, profile as find_profile
 from spec.trace import EventKind, Trace
 
-if TYPE_CHECKING:  # the outcome type lives with the launcher, which imports these checks
-    from conformance.multirank.launch import ScenarioOutcome
+from conformance.multirank.records import ScenarioOutcome
 
 def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     """Everything the harness requires of any multi-rank scenario, as messages."""

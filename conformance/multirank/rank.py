@@ -37,7 +37,7 @@ from conformance.gates import GateTimeout, InjectedFault
 from conformance.declarations import declarations
 from conformance.lifecycle import background_errors
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
-from conformance.multirank.launch import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, _collective_name
+from conformance.multirank.records import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
 from conformance.scenarios import assert_loaded_writes
 from spec.clock import ManualClock
@@ -48,7 +48,7 @@ from spec.fence import HitPolicy
 from spec.profiles import TimerStart
 from spec.trace import LOAD, Event, EventKind, TraceRecorder
 
-def _rank_main(plan: Launch, rank: int) -> None:
+def rank_main(plan: Launch, rank: int) -> None:
     import torch.distributed as dist
 
     workdir = Path(plan.workdir)
@@ -141,7 +141,7 @@ class Heartbeat:
             "phase": self._phase,
             "last": events[-1].describe() if events else "",
             # What this rank entered, in order: on a hang the parent finds the first divergence.
-            "collectives": [_collective_name(e) for e in events if e.kind is EventKind.COLLECTIVE],
+            "collectives": [collective_name(e) for e in events if e.kind is EventKind.COLLECTIVE],
         }
         text = json.dumps(beat)
         with self._lock:

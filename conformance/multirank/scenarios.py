@@ -8,7 +8,7 @@ the names a Scenario may carry to these functions.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -16,8 +16,9 @@ from conformance.scenarios import pool_data
 from spec.clock import ManualClock
 from spec.trace import BACKUP, LOAD, Event, EventKind, TraceRecorder
 
-if TYPE_CHECKING:  # the rank side imports this module to run the scenarios
-    from conformance.multirank.rank import CacheHandle, RankContext
+# A scenario runs on a rank with `ctx`, its RankContext, and `h`, a CacheHandle (conformance/multirank/rank.py);
+# they are named here only in annotations, so that this module, which the rank imports, imports nothing of it back.
+RankContext = CacheHandle = Any
 
 PAGE_SIZE = 4
 REQUEST_PAGES = 4

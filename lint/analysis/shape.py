@@ -21,7 +21,7 @@ from lint.analysis.roles import Roles
 from lint.cstutil import (POLICIES, attributes_named, is_name, names_read, one_minus, or_operands, policy_test,
                           strip_casts, walk)
 from lint.locate import ClassIndex, ast_has_min_cap
-from lint.protocol import COMPLETION, FEATURE_NAMES, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
+from lint.protocol import COMPLETION, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 
 _BUILTINS = frozenset(dir(builtins))
 

@@ -21,17 +21,20 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 from caches.variants import EXPECTED_FAILURES, ONLY_THESE
+from conformance.adapter import ENTRY_POINT_GROUP
 
 pytestmark = pytest.mark.slow  # real suite runs in subprocesses
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
-BUILTINS = ("hiradix", "unified_radix", "hi_mamba_radix", "unified_radix_swa", "unified_radix_mamba", "unified_radix_indexer_swa")
+# The built-in implementations: the registered adapters of this package (its pyproject's entry points, the one list).
+BUILTINS = tuple(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.value.startswith("caches.adapters:"))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ PAGE = 4
 
 
 def oracle_vote(policy, hit_pages, completed_tokens, timed_out, pools, terminated):
-    """DESIGN.md's rules, spelled independently of spec/decision.py."""
+    """The decision's rules as the domain states them (spec/SPEC.md, clauses D1-D5), spelled independently of spec/decision.py."""
     if policy == "best_effort":
         return True
     all_tokens_in = hit_pages > 0 and completed_tokens == hit_pages * PAGE

@@ -13,7 +13,7 @@ from spec.errors import ConfigError
 from spec.kinds import Kind
 from spec.preconditions import PRECONDITIONS, precondition
 from spec.profiles import ACK_DRAIN, DEFAULT_PROFILE, FENCED_VOTE, PROFILES, VOTE_PER_CHECK, TimerStart, profile
-from spec.verdicts import Outcome, Verdict, verdict
+from spec.verdicts import Verdict, verdict
 
 PAGE = 2
 CFG = TerminationConfig(policy="timeout", page_size=PAGE, timeout_base_s=1.0, timeout_per_ki_token_s=0.0, timeout_max_s=1.0)

@@ -1,8 +1,11 @@
-"""The caches' and the spec's import graph has no cycle: no module imports one that imports it back.
+"""The project's layout: no import cycle in any package, dependencies one way, no private name across modules.
 
-Read with ast, so imports under TYPE_CHECKING and inside functions count too:
-a cycle hidden there still means two modules that cannot be read apart.
-Importing a package counts as importing its __init__.
+spec depends on nothing of ours; caches on spec; conformance on spec and the
+adapter protocol, never on caches (the built-in caches reach it as adapters,
+through entry points); lint on libcst alone. Read with ast, so imports under
+TYPE_CHECKING and inside functions count too: a cycle hidden there still
+means two modules that cannot be read apart. Importing a package counts as
+importing its __init__.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("caches", "spec")
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("caches", "spec", "conformance", "lint")
+# package -> the project packages it may import besides itself
+ALLOWED = {"spec": set(), "caches": {"spec"}, "conformance": {"spec"}, "lint": set()}
 
 
 def module_files(packages=PACKAGES) -> dict[str, Path]:
@@ -85,6 +90,37 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_one_that_imports_it_back():
     found = cycles(import_graph(module_files()))
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def project_imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) of every import of a project package in one file (name: what `from module import name` takes)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name, None) for alias in node.names if alias.name.split(".")[0] in PACKAGES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in PACKAGES:
+            out += [(node.lineno, node.module, alias.name) for alias in node.names]
+    return out
+
+
+def test_dependencies_point_one_way():
+    wrong = []
+    for name, path in module_files().items():
+        package = name.split(".")[0]
+        for line, module, _ in project_imports(path):
+            target = module.split(".")[0]
+            if target != package and target not in ALLOWED[package]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {package} imports {module}")
+    assert wrong == [], "dependencies against the layout (spec <- caches; conformance -> spec; lint alone):\n" + "\n".join(wrong)
+
+
+def test_no_private_name_crosses_a_module():
+    crossing = []
+    for name, path in module_files().items():
+        for line, module, imported in project_imports(path):
+            if imported and imported.startswith("_") and not imported.startswith("__") and module != name:
+                crossing.append(f"{path.relative_to(ROOT)}:{line}: from {module} import {imported}")
+    assert crossing == [], "private names imported across modules:\n" + "\n".join(crossing)
 
 
 @pytest.mark.parametrize("edges, expected", [
