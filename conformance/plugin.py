@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 PLUGIN_NAME = "conformance.plugin"  # the pytest11 entry point's name: `-p conformance.plugin` never loads it twice
+DISTRIBUTION_NAME = "hicache-conformance"  # what pytest's header prints: `-p no:hicache-conformance` turns the plugin off too
 FIXTURES_PLUGIN = "conformance.fixtures"
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The options' dests: giving any of them asks for the suite.
@@ -96,12 +97,22 @@ def suite_requested(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # pin the worker's GPU before any other plugin could touch CUDA
 def pytest_configure(config: pytest.Config) -> None:
+    if disabled(config):
+        return  # `-p no:hicache-conformance`: the name pytest's header shows for this plugin
     if suite_requested(config) and not config.getoption("help", False):  # --help needs no adapter
         start_harness(config)
 
 
+def disabled(config: pytest.Config) -> bool:
+    """Whether the session blocked this plugin by its distribution's name (what pytest prints under "plugins:")."""
+    return config.pluginmanager.is_blocked(DISTRIBUTION_NAME)
+
+
 def start_harness(config: pytest.Config) -> Any:
     """Load the adapters and, in the process that sees every report, register the matrix recorder."""
+    if disabled(config):
+        raise pytest.UsageError(f"the conformance suite's tests were collected with its plugin disabled (-p no:{DISTRIBUTION_NAME}); "
+                                "drop that option, or leave the conformance package out of the run")
     import time
 
     from conformance import devices

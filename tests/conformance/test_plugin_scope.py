@@ -140,3 +140,12 @@ def test_what_the_xdist_controller_loads_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "False" and "hiradix" in out.stdout, out.stdout
+
+
+def test_the_plugin_is_off_by_the_name_pytest_prints(subprocess_pytest, their_project):
+    shown = subprocess_pytest.run(their_project, "--cache-impl", "caches.adapters:hiradix", "--co", fixtures=False)
+    assert "conformance: implementations hiradix" in shown.stdout + shown.stderr  # a suite option: the suite runs
+    off = subprocess_pytest.run(their_project, "-p", "no:hicache-conformance", "--cache-impl", "caches.adapters:hiradix", "-v", fixtures=False)
+    out = off.stdout + off.stderr
+    assert off.returncode == 0 and "3 passed" in out, out
+    assert "conformance:" not in out and "conformance matrix" not in out, out
