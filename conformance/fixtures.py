@@ -27,6 +27,7 @@ import pytest
 from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
+from conformance.causes import cause_properties, observe
 from conformance.failures import PROP_FAILED, failure_properties
 from conformance.gates import Gate
 from conformance.lifecycle import close_and_check
@@ -121,7 +122,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     except Exception as exc:
         report = unformatted_report(item, call, exc)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
-        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
+        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo),
+                                  *cause_properties(call.excinfo.value, item)]
     return report
 
 
@@ -211,7 +213,7 @@ def gate(trace: TraceRecorder):
 
 
 @pytest.fixture
-def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
+def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest.FixtureRequest):
     """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest.
 
     Every instance is closed at teardown, must leave no thread behind and, when
@@ -233,6 +235,7 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
         )
         session = impl.create(env)
         sessions.append(session)
+        observe(request.node, env.trace, env.termination, session)  # for the failure's cause (conformance/causes.py)
         return session
 
     yield make

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from conformance import decision_rows
+from conformance.defects import defects_of
 from conformance.harness import MATCHED_KEY
 from conformance.report import INTERLEAVINGS_KEY, SCHEMA_VERSION, ConformanceReport, OutcomeRecord, read_properties
 from conformance.report_render import render_terminal, write_report
@@ -116,6 +117,7 @@ class MatrixRecorder:
         ).as_json()
         finished = time.time()
         invocation = self.config.invocation_params if self.config is not None else None
+        implementations = [implementation_identity(a, o) for a, o in zip(harness.adapters, harness.origins)]
         return {
             "schema_version": SCHEMA_VERSION,
             "suite": suite_identity(),
@@ -124,7 +126,8 @@ class MatrixRecorder:
                     "directory": str(invocation.dir) if invocation else None,
                     "xdist_workers": self._workers()},
             "target": describe_target(describe_devices()),
-            "implementations": [implementation_identity(a, o) for a, o in zip(harness.adapters, harness.origins)],
+            "implementations": implementations,
+            "defects": defects_of({"tests": results["tests"], "implementations": implementations}),
             **results,
             "interleavings": dict(sorted(self.interleavings.items())),
             "clauses": clauses,
