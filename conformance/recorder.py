@@ -45,10 +45,12 @@ def clause_texts() -> dict:
 
 class MatrixRecorder:
     def __init__(self, harness: Any, config: pytest.Config | None = None, *, report_path: str | None = None,
-                 started: float | None = None) -> None:
+                 repro_dir: str | None = None, started: float | None = None) -> None:
         self.harness = harness
         self.config = config
         self.report_path = report_path if config is None else config.getoption("--conformance-report")
+        self.repro_dir = repro_dir if config is None else config.getoption("--conformance-repro")
+        self.repros: list[Path] = []
         self.started = time.time() if started is None else started
         self.records: dict[str, OutcomeRecord] = {}
         self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
@@ -143,6 +145,10 @@ class MatrixRecorder:
         if not self.records and not self.harness.missing:
             return
         self.data = self.build()
+        if self.repro_dir:
+            from conformance.repro.writer import write_repros
+
+            self.repros = write_repros(self.data, self.repro_dir, {a.name: a for a in self.harness.adapters})
         if self.report_path:
             self.written = write_report(self.data, self.report_path)
 
@@ -159,5 +165,7 @@ class MatrixRecorder:
             tr.write_sep("-", f"{len(stale)} stale expected failure(s): they match no collected test", yellow=True)
             for entry in stale:
                 tr.write_line(f"WARNING stale expected failure: {entry['impl']}: {entry['test']} ({entry['reason']})", yellow=True)
+        if self.repros:
+            tr.write_line(f"reproduction scripts written: {len(self.repros)} in {self.repro_dir}")
         if self.written:
             tr.write_line("conformance report written: " + ", ".join(str(p) for p in self.written))
