@@ -266,14 +266,16 @@ def _labelled(clauses: Sequence[str], line: str, observations: Sequence[tuple[An
     return cause
 
 
-def cause_properties(error: BaseException | None, node: Any = None) -> list[tuple[str, str]]:
-    if error is None:
-        return []
+def causes_json(error: BaseException, node: Any = None) -> list[dict]:
+    """causes_of, as the report carries them; none when working them out failed (that must never hide the failure)."""
     try:
-        found = causes_of(error, node)
-    except Exception as exc:  # working out a cause must never hide the failure itself
-        found = [Cause("", f"(no cause worked out: {type(exc).__name__}: {exc})")]
-    return [(PROP_CAUSES, json.dumps([c.as_json() for c in found if c.clause]))]
+        return [c.as_json() for c in causes_of(error, node)]
+    except Exception:
+        return []
+
+
+def cause_property(causes: Sequence[dict]) -> tuple[str, str]:
+    return (PROP_CAUSES, json.dumps(list(causes)))
 
 
 def read_causes(user_properties: Iterable[Any]) -> list[dict] | None:

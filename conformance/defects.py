@@ -97,13 +97,14 @@ def _entry(clause: str, members: Sequence[tuple[Mapping[str, Any], dict]]) -> di
     impls = sorted({t["impl"] for t in tests.values()})
     return {
         "id": clause, "clause": clause, "kind": c.kind.value, "title": c.title, "verdict": verdict_of(clause),
-        "implementations": impls, "sentence": _sentence(best), "also": also, "signature": best.get("signature"),
+        "implementations": impls, "sentence": sentence_of(best), "also": also, "signature": best.get("signature"),
         "thread": best.get("thread"), "event": best.get("event"), "sites": sites, "excerpt": list(best.get("excerpt") or []),
         "tests": sorted(tests.values(), key=lambda t: t["nodeid"]), "schedules": schedules, "repro": None,
     }
 
 
-def _sentence(cause: Mapping[str, Any]) -> str:
+def sentence_of(cause: Mapping[str, Any]) -> str:
+    """What went wrong, from the cause's line: without its clause label, its context and the event it ends with."""
     clauses = [cause["clause"], *(cause.get("also") or [])]
     return what_broke(cause.get("line", ""), clauses) if "/".join(clauses) + ": " in cause.get("line", "") else what_broke(cause.get("line", ""), clauses[:1])
 

@@ -27,8 +27,9 @@ import pytest
 from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
-from conformance.causes import cause_properties, observe
-from conformance.failures import PROP_FAILED, failure_properties
+from conformance.causes import observe
+from conformance.failures import PROP_FAILED
+from conformance.headline import annotate_failure
 from conformance.gates import Gate
 from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
@@ -122,8 +123,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     except Exception as exc:
         report = unformatted_report(item, call, exc)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
-        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo),
-                                  *cause_properties(call.excinfo.value, item)]
+        annotate_failure(report, call.excinfo, item)  # the clauses and causes it names; its output leads with them
     return report
 
 
@@ -222,6 +222,7 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest
     sessions = []
 
     def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields):
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
         extra = env_fields.pop("extra_pools", impl.default_extra_pools)
         env = CacheEnv(
