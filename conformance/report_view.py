@@ -122,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoBrowser as exc:
         print(f"python -m conformance.report_view: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines))
+    except BrokenPipeError:  # a reader that stopped reading (| head) is no error of the page
+        pass
     return 1 if any(line.startswith("problem:") for line in lines) else 0
 
 

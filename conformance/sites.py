@@ -25,7 +25,7 @@ _PACKAGE = Path(__file__).resolve().parent
 _SPEC = _PACKAGE.parent / "spec"
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
 # Top-level packages that run the tests, never the implementation: their frames are the harness's too.
-RUNNERS = ("_pytest", "pytest", "pluggy", "xdist", "execnet", "torch")
+RUNNERS = ("_pytest", "pytest", "pluggy", "xdist", "execnet", "__channelexec__", "torch")
 _harness: dict[str, bool] = {}
 
 

@@ -38,12 +38,17 @@ from spec.trace import TraceRecorder
 SOURCES = ("cache_impl", "sglang_live", "sglang")
 
 
+def class_of(name: str) -> str:
+    """'sglang-live:HiRadixCache@9e9fde147' -> 'HiRadixCache', 'sglang:hiradix' -> 'hiradix': the class, whatever the tree."""
+    return name.partition(":")[2].partition("@")[0] if ":" in name else name
+
+
 def _pick(adapters: Sequence[Any], name: str | None, where: str) -> Any:
     names = [a.name for a in adapters]
     if name is None and len(adapters) == 1:
         return adapters[0]
-    # A live row is named 'sglang-live:<class>@<label>': the class alone picks it too.
-    found = [a for a in adapters if name in (a.name, getattr(a, "class_name", None), a.name.partition(":")[2].partition("@")[0])]
+    # By its class as well as its row name: a script written for one tree runs on another.
+    found = [a for a in adapters if name is not None and (name == a.name or class_of(name) == class_of(a.name))]
     if len(found) != 1:
         raise ConfigError("name", name, f"one of the implementations {where} offers: {', '.join(names) or '(none)'}")
     return found[0]

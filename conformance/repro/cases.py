@@ -7,15 +7,18 @@ Three kinds of case replay standalone, each from data the run recorded:
 - a decision-table state: the row where the implementation's decision or
   vote differs from its profile's (the test's `decision_table` rows);
 - a storage error: the pool and direction of the transfer whose injected
-  fault ended a background thread (the line of the entry's L5 cause).
+  fault ended a background thread (the line of the entry's L5 cause);
+- foreign pages: the one respect (dtype, layout, page size) in which a
+  reader's pages differed from a writer's sharing its storage (S6's line).
 
-Everything else (gated windows, faults other than a raising transfer,
-configuration checks, foreign pages, multi-rank runs) has no standalone
-replay yet: the entry says so, naming the tests that show it.
+Everything else (gated windows, other faults, configuration checks,
+multi-rank runs) has no standalone replay yet: the entry says so, naming the
+tests that show it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -23,10 +26,11 @@ from conformance.causes import event_of
 from conformance.defects import fallback_causes
 from spec.trace import BACKUP, LOAD
 
+FOREIGN = re.compile(r"differ from the writer's only in (dtype|layout|page_size)\b")
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "exploration" | "decision" | "storage_error"
+    kind: str  # "exploration" | "decision" | "storage_error" | "foreign_pages"
     fields: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""  # the test it came from
 
@@ -34,7 +38,7 @@ class Case:
         if self.kind == "exploration":
             s = self.fields["scenario"]
             return (0, s["kv_batches"], s["ticks"] + s["aborts"], s["kv_batches"] * s["batch_pages"], len(self.fields["schedule"].split(",")), self.source)
-        return (1 if self.kind == "decision" else 2, self.source)
+        return (("decision", "storage_error", "foreign_pages").index(self.kind) + 1, self.source)
 
 
 def implementation_source(impl: str, implementations: Any) -> dict | None:
@@ -70,16 +74,27 @@ def _decision(entry: Mapping[str, Any], impl: str, data: Mapping[str, Any]) -> l
 def _storage_error(entry: Mapping[str, Any], impl: str, data: Mapping[str, Any]) -> list[Case]:
     if entry["clause"] != "L5" or not entry.get("thread"):
         return []
-    nodeids = {t["nodeid"] for t in entry["tests"] if t["impl"] == impl}
     out = []
-    for test in data.get("tests", []):
-        if test["nodeid"] not in nodeids:
-            continue
-        for cause in test.get("causes") or fallback_causes(test):
-            event = event_of(cause.get("line", "")) if "injected fault" in cause.get("line", "") else None
-            if event and event["kind"] == "io_start" and event.get("value") in (LOAD, BACKUP) and event.get("pool") and event["rank"] == 0:
-                out.append(Case("storage_error", {"pool": event["pool"], "direction": event["value"]}, test["nodeid"]))
+    for nodeid, line in _lines_of(entry, impl, data):
+        event = event_of(line) if "injected fault" in line else None
+        # Any rank's: one process replays it, and the thread it killed runs on every rank.
+        if event and event["kind"] == "io_start" and event.get("value") in (LOAD, BACKUP) and event.get("pool"):
+            out.append(Case("storage_error", {"pool": event["pool"], "direction": event["value"]}, nodeid))
     return out
+
+
+def _lines_of(entry: Mapping[str, Any], impl: str, data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(nodeid, cause line) of the entry's tests on `impl`."""
+    nodeids = {t["nodeid"] for t in entry["tests"] if t["impl"] == impl}
+    return [(test["nodeid"], cause.get("line", "")) for test in data.get("tests", []) if test["nodeid"] in nodeids
+            for cause in test.get("causes") or fallback_causes(test)]
+
+
+def _foreign_pages(entry: Mapping[str, Any], impl: str, data: Mapping[str, Any]) -> list[Case]:
+    if entry["clause"] != "S6":
+        return []
+    found = [(nodeid, FOREIGN.search(line)) for nodeid, line in _lines_of(entry, impl, data)]
+    return [Case("foreign_pages", {"differs": match.group(1)}, nodeid) for nodeid, match in found if match]
 
 
 def cases_for(entry: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Case]:
@@ -88,7 +103,7 @@ def cases_for(entry: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Ca
     for impl in entry["implementations"]:
         if implementation_source(impl, data.get("implementations", [])) is None:
             continue
-        found = _exploration(entry, impl) or _decision(entry, impl, data) or _storage_error(entry, impl, data)
+        found = _exploration(entry, impl) or _decision(entry, impl, data) or _storage_error(entry, impl, data) or _foreign_pages(entry, impl, data)
         if found:
             out[impl] = min(found, key=Case.sort_key)
     return out
@@ -97,4 +112,4 @@ def cases_for(entry: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Ca
 def why_none(entry: Mapping[str, Any]) -> str:
     names = sorted({t["nodeid"].split("::")[-1].split("[")[0] for t in entry["tests"]})
     return ("no standalone replay yet for the tests that show it (" + ", ".join(names) + "): scripts replay exploration "
-            "schedules, decision-table states and storage errors that end a background thread")
+            "schedules, decision-table states, storage errors that end a background thread and pages of another configuration")

@@ -21,6 +21,8 @@ HEADER = '''#!/usr/bin/env python3
 {how}
 Shown by {count} test(s) of the run, e.g. {example}.
 
+Needs: pip install 'hicache-conformance[conformance]', and the implementation's own environment
+       (SGLang's live classes: bash .ci/sglang-live-env VENV in hicache-conformance's repository).
 Run:   python {filename} [--cache-impl MODULE:FACTORY | --sglang-live PATH | --sglang PATH] [--only NAME]
        (default: the implementation the run tested; the options replace where it comes from)
 Exit:  1 the defect reproduces (the message names {clause}), 0 it is gone,
@@ -39,6 +41,7 @@ IMPORTS = {
                  "from spec.profiles import profile as find_profile", "from spec.timeout import timeout_budget",
                  "from spec.trace import EventKind"],
     "storage_error": ["from conformance import lifecycle, scenarios", "from spec.trace import BACKUP, LOAD, EventKind"],
+    "foreign_pages": ["from conformance import scenarios", "from spec.config import TerminationConfig"],
 }
 
 EXPLORATION = '''
@@ -74,7 +77,7 @@ STORAGE_ERROR = '''
 
 def {name}(make_cache):
     """The first {pool} transfer {direction_words} raises, as a storage error would; the cache must go on working."""
-    cache = make_cache(policy="wait_complete", page_size=4, batch_pages=2)
+    cache = make_cache(policy="wait_complete", page_size=4, batch_pages=2, wait_timeout_s=5.0)  # a dead thread's wait ends soon
     tokens = scenarios.request_tokens(11, 16)
     data = scenarios.request_data(cache, tokens, 11)
     make_cache.gate.fail("storage raises at the first {pool} transfer {direction_words}",
@@ -83,6 +86,28 @@ def {name}(make_cache):
     failed = lifecycle.background_errors(cache)
     assert not failed, "L5: a storage error ended a background thread of the cache: " + "; ".join(failed)
 '''
+
+FOREIGN_PAGES = '''
+
+def {name}(make_cache):
+    """A writer stores 16 tokens and closes; a reader whose KV pages differ only in {differs} shares its storage: it must find a miss."""
+    shared = make_cache.storage_dir / "shared"
+    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=4), storage_dir=shared)
+    tokens = scenarios.request_tokens(61, 16)
+    scenarios.store(writer, tokens, scenarios.request_data(writer, tokens, 61))
+    writer.close()
+    reader = make_cache(storage_dir=shared, {reader})
+    served = 0
+    if reader.prefetch("r1", tokens):
+        reader.wait_prefetch_io("r1")
+        scenarios.drive(reader, ["r1"], max_steps=3, trace=make_cache.trace)
+        served = reader.load_back(tokens).tokens
+    assert served == 0, f"S6: a cache whose KV pages differ from the writer's only in {differs} served {{served}} tokens from the writer's pages"
+'''
+# How the reader differs from the writer (conformance/test_foreign_pages.py's).
+READERS = {"dtype": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="dtype"',
+           "layout": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="layout"',
+           "page_size": 'termination=TerminationConfig(policy="wait_complete", page_size=8)'}
 
 LOAD_BODY = '''scenarios.store(cache, tokens, data)
     assert cache.prefetch("r1", tokens), "the stored request was not prefetched"
@@ -122,6 +147,9 @@ def _function(index: int, case: Case, clause: str) -> tuple[str, str]:
     if case.kind == "decision":
         row = case.fields["row"]
         return name, DECISION.format(name=name, state=repr(row["state"]), where=row["where"], offset=OFFSETS.get(row["where"], "0.0"), clause=clause)
+    if case.kind == "foreign_pages":
+        differs = case.fields["differs"]
+        return name, FOREIGN_PAGES.format(name=name, differs=differs, reader=READERS[differs])
     load = case.fields["direction"] == "storage_to_host"
     return name, STORAGE_ERROR.format(name=name, pool=case.fields["pool"], direction="LOAD" if load else "BACKUP",
                                       direction_words="from storage" if load else "to storage", body=LOAD_BODY if load else BACKUP_BODY)
@@ -135,6 +163,8 @@ def how(cases: Mapping[str, Case]) -> str:
                          + (f" (shrunk from '{case.fields['found']}')" if case.fields.get("found") not in (None, case.fields["schedule"]) else "") + ".")
         elif case.kind == "decision":
             lines.append(f"On {impl}: places the decision state of the table row '{case.fields['row']['clause']}' ({case.fields['row']['where']}) in one operation.")
+        elif case.kind == "foreign_pages":
+            lines.append(f"On {impl}: a reader whose pages differ only in {case.fields['differs']} reads a writer's shared storage.")
         else:
             lines.append(f"On {impl}: raises a storage error at the first {case.fields['pool']} transfer ({case.fields['direction']}).")
     return "\n".join(lines)

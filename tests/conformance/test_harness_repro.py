@@ -97,3 +97,31 @@ def test_scripts_reproduce_a_variants_defect_alone_and_pass_on_its_base(tmp_path
         base = subprocess.run([sys.executable, str(script), "--cache-impl", "caches.adapters:hiradix"], cwd=elsewhere,
                               capture_output=True, text=True, timeout=120, env=env)
         assert base.returncode == 0 and "did not reproduce" in base.stdout, base.stdout + base.stderr
+
+
+def _entry(clause: str, impl: str, line: str, nodeid: str) -> tuple[dict, dict]:
+    entry = {"id": clause, "clause": clause, "kind": "safety", "title": "t", "sentence": "s", "also": [], "implementations": [impl],
+             "thread": "backup_thread" if clause == "L5" else None, "schedules": [], "tests": [{"nodeid": nodeid, "impl": impl}]}
+    data = {"implementations": [{"name": impl, "factory": f"caches.adapters:{impl}", "source": "--cache-impl"}], "decision_table": {},
+            "tests": [{"nodeid": nodeid, "impl": impl, "outcome": "fail", "weak": None, "failed_clauses": {clause: line},
+                       "causes": [{"clause": clause, "line": line}]}]}
+    return entry, data
+
+
+@pytest.mark.parametrize("clause, line, kind", [
+    ("L5", "L5: upstream's backup_thread ended on InjectedFault: rank 1: injected fault 'x' at #23 io_start rank 1 pool kv space host "
+           "io 5 slots [8] value 'host_to_storage'", "storage_error"),
+    ("L5", "L5: upstream's prefetch_io_aux_thread ended on InjectedFault: injected fault 'y' at #21 io_start rank 0 op f pool kv space host "
+           "io 4 slots [16] value 'storage_to_host'", "storage_error"),
+    ("S6", "S6: a cache whose KV pages differ from the writer's only in layout ({'kv': ...}) served 16 tokens", "foreign_pages"),
+])
+def test_fault_and_foreign_page_scripts_run_and_pass_on_a_sound_cache(tmp_path, clause, line, kind):
+    from conformance.repro.script import render
+    from conformance.repro.writer import check_script
+
+    entry, data = _entry(clause, "hiradix", line, "t.py::test_x[hiradix]")
+    cases = cases_for(entry, data)
+    assert [c.kind for c in cases.values()] == [kind]
+    script = tmp_path / "repro.py"
+    script.write_text(render(entry, cases, {"hiradix": {"cache_impl": "caches.adapters:hiradix"}}, {}, script.name))
+    assert check_script(script, clause)["hiradix"]["status"] == "gone"
