@@ -82,6 +82,11 @@ def observe(node: Any, trace: Any, termination: Any, cache: Any) -> None:
     del found[:-KEEP_OBSERVED]
 
 
+def forget(node: Any) -> None:
+    """After the test's last phase: its caches and traces are no longer needed (a session holds thousands of tests)."""
+    node.stash[_OBSERVED] = []
+
+
 def observed(node: Any) -> list[tuple[Any, Any, Any]]:
     return list(node.stash.get(_OBSERVED, [])) if node is not None else []
 

@@ -27,7 +27,7 @@ import pytest
 from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
-from conformance.causes import observe
+from conformance.causes import forget, observe
 from conformance.failures import PROP_FAILED
 from conformance.headline import annotate_failure
 from conformance.gates import Gate
@@ -124,6 +124,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report = unformatted_report(item, call, exc)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
         annotate_failure(report, call.excinfo, item)  # the clauses and causes it names; its output leads with them
+    if call.when == "teardown":
+        forget(item)
     return report
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conformance.explore import SCENARIOS, parse_schedule, replay
@@ -83,7 +84,10 @@ def test_scripts_reproduce_a_variants_defect_alone_and_pass_on_its_base(tmp_path
          "--conformance-report", str(report), "--conformance-repro", str(folder)],
         cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
-    entries = {e["id"]: e for e in json.loads(report.with_suffix(".json").read_text())["defects"]["entries"]}
+    data = json.loads(report.with_suffix(".json").read_text())
+    schema = json.loads((REPO / "conformance" / "report.schema.json").read_text())
+    assert not [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
+    entries = {e["id"]: e for e in data["defects"]["entries"]}
     assert {"D3", "D5"} <= set(entries), sorted(entries)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

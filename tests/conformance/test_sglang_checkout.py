@@ -90,7 +90,8 @@ def test_each_class_fails_the_clauses_of_its_shape_and_the_report_says_which(run
         assert matches.startswith(shape), matches
         assert shape in process.stdout
     assert "no cap (its budget looks like" in process.stdout
-    assert report["not_run"] == []
+    # Every class of the checkout ran; the built-in caches the selection left out are listed as not run.
+    assert [m["impl"] for m in report["not_run"] if m["impl"].startswith("sglang:")] == []
 
 
 def test_the_report_lists_the_disagreeing_rows(runs):
