@@ -15,8 +15,10 @@ A clause's status for (impl, device), strongest first:
 - uncovered: no test cites it.
 A test that takes no device counts for every device of its implementation
 that ran. A weak test (@pytest.mark.weak) cites nothing, so it colours no
-cell; it is listed with its outcome. Rendering is in conformance/report_render.py
-and conformance/report_html.py; the recorder plugin in conformance/recorder.py.
+cell; it is listed with its outcome. Failed tests become defect entries in
+conformance/defects.py (from the causes conformance/causes.py attached to
+them). Rendering is in conformance/report_render.py (terminal),
+report_markdown.py and report_html.py; the recorder plugin in conformance/recorder.py.
 """
 
 from __future__ import annotations
