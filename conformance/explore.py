@@ -199,6 +199,7 @@ def explore(
     fails, naming it and how to replay it; NondeterminismError when a prefix
     does not reproduce.
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     result = Exploration(scenario)
     began = time.perf_counter()
     root = parse_schedule(tuple(root))
@@ -234,6 +235,7 @@ def explore(
 
 
 def _check_root(scenario: Scenario, root: tuple[str, ...], run: RunResult, io_order: str, profile: str | None) -> None:
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     walked = ScheduleModel(scenario, run.extra_pools, io_order, profile).walk(root)
     want = None if walked is None else tuple(walked[0])
     if run.enabled[: len(root)] != want:
@@ -271,6 +273,7 @@ def replay(
     (RunResult.enabled); a different set raises NondeterminismError.
     profile: the architecture profile the implementation declares (spec/profiles.py).
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     expected = tuple(tuple(options) for options in enabled)
     return _Run(make_cache, scenario, storage_dir, timeout_s, profile).execute(parse_schedule(schedule), expected)
 
@@ -302,6 +305,7 @@ class WatchedTrace(TraceRecorder):
             self.changed.notify_all()
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         with self.changed:
             if not self.changed.wait_for(predicate, timeout_s):
                 raise GateTimeout(f"{what} did not happen within {timeout_s}s")
@@ -311,6 +315,7 @@ class WatchedTrace(TraceRecorder):
 
     def wait_for_event(self, kind: EventKind, op: str | None, timeout_s: float) -> None:
         # An operation whose IO never ends breaks L4 (every transfer ends within a bound).
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         what = f"L4: {kind.value} of {op}" if kind is EventKind.IO_DONE else f"{kind.value} of {op}"
         self.wait_until(lambda: self.has(kind, op), timeout_s, what)
 
@@ -365,6 +370,7 @@ class _Monitor:
         return self._done_seen
 
     def wait_quiet(self, released: int, after: str) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         self.trace.wait_until(
             lambda: len(self.gate.arrivals) > released or self.io_done(),
             self.timeout_s,
@@ -396,6 +402,7 @@ class _Run:
         self._loaded_tokens = 0
 
     def execute(self, prefix: tuple[str, ...], parent_enabled: tuple[tuple[str, ...], ...]) -> RunResult:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         s = self.scenario
         fields: dict[str, Any] = dict(
             policy=s.policy, page_size=s.page_size, termination=s.termination,
@@ -429,6 +436,7 @@ class _Run:
         return result
 
     def _body(self, cache: Any, prefix: tuple[str, ...], parent_enabled: tuple[tuple[str, ...], ...]) -> RunResult:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         s = self.scenario
         tokens = request_tokens(s.seed, s.tokens)
         data = request_data(cache, tokens, s.seed)
@@ -502,6 +510,7 @@ class _Run:
         return tuple(out)
 
     def _do(self, cache: Any, action: str) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         if action == "io":
             if self.released >= len(self.holds):
                 raise AssertionError(f"more than {len(self.holds)} IO steps for one prefetch of {self.scenario.pages} pages")
@@ -529,6 +538,7 @@ class _Run:
             raise ConfigError("action", action, "one of " + ", ".join(ACTIONS))
 
     def _check_outcome(self, cache: Any, tokens: list[int], data: dict) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         s = self.scenario
         assert_decisions_conform(self.trace, s.termination)  # a wrong vote first: what follows from it is not L1's
         if s.policy == "wait_complete" and self.aborts == 0:
@@ -541,6 +551,7 @@ class _Run:
 
 def assert_decisions_conform(trace: TraceRecorder, config: TerminationConfig) -> None:
     """The recorded votes and decisions against the spec (D1-D5, X1), before any consequence of them is judged."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     violations = check(trace.trace(), config, clauses=["D", "X1"])
     assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])
 
@@ -558,12 +569,14 @@ def check_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, t
     accounting, and that evict_all then leaves nothing allocated (F8, S3).
     Returns what was loaded.
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     assert_decisions_conform(trace, config)
     return _check_committed_outcome(cache, trace, config, tokens, data, committed)
 
 
 def _check_committed_outcome(cache: Any, trace: TraceRecorder, config: TerminationConfig, tokens: Sequence[int], data: Mapping[str, Any], committed: int) -> Any:
     """check_outcome once the decisions are known to conform (a run checks them before its L1 check)."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     ps = config.page_size
     assert 0 <= committed <= len(tokens) and committed % ps == 0, (
         f"committed {committed} tokens: not a whole number of pages within the {len(tokens)} requested"

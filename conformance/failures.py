@@ -24,7 +24,7 @@ CLAUSE_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
 _MAX_LINE = 240
 
 
-def _message_lines(message: str) -> Iterable[str]:
+def message_lines(message: str) -> Iterable[str]:
     """The lines of a failure message, without the source lines a quoted traceback shows."""
     skip_next = False
     for line in message.splitlines():
@@ -43,7 +43,7 @@ def _message_lines(message: str) -> Iterable[str]:
 def named_clauses(message: str) -> dict[str, str]:
     """{clause: the first message line naming it}, in order of first mention."""
     found: dict[str, str] = {}
-    for line in _message_lines(message):
+    for line in message_lines(message):
         for match in CLAUSE_LABEL.finditer(line):
             for clause in match.group(1).split("/"):
                 if clause in CATALOGUE and clause not in found:

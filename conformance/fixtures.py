@@ -27,7 +27,9 @@ import pytest
 from conformance import devices
 from conformance.adapter import CacheEnv
 from conformance.capabilities import require
-from conformance.failures import PROP_FAILED, failure_properties
+from conformance.causes import forget, observe
+from conformance.failures import PROP_FAILED
+from conformance.headline import annotate_failure
 from conformance.gates import Gate
 from conformance.lifecycle import close_and_check
 from conformance.plugin import harness_of
@@ -136,7 +138,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     except Exception as exc:
         report = unformatted_report(item, call, exc)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
-        report.user_properties = [*report.user_properties, *failure_properties(call.excinfo)]
+        annotate_failure(report, call.excinfo, item)  # the clauses and causes it names; its output leads with them
+    if call.when == "teardown":
+        forget(item)
     return report
 
 
@@ -212,7 +216,7 @@ def gate(trace: TraceRecorder):
 
 
 @pytest.fixture
-def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
+def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest.FixtureRequest):
     """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest.
 
     Every instance is closed at teardown, must leave no thread behind and, when
@@ -221,6 +225,7 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
     sessions = []
 
     def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields):
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
         extra = env_fields.pop("extra_pools", impl.default_extra_pools)
         env = CacheEnv(
@@ -234,6 +239,7 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path):
         )
         session = impl.create(env)
         sessions.append(session)
+        observe(request.node, env.trace, env.termination, session)  # for the failure's cause (conformance/causes.py)
         return session
 
     yield make

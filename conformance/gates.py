@@ -39,6 +39,7 @@ class Hold:
 
     def wait_reached(self, count: int = 1) -> Event:
         """Block until `count` threads are parked here; returns the latest event."""
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         with self._arrived:
             ok = self._arrived.wait_for(lambda: len(self.reached) >= count, self.timeout_s)
         if not ok:

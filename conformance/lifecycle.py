@@ -27,6 +27,7 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
     test planted a bug and checked the error itself) may report a background
     error.
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     instances = list(instances)
     for gate in gates:
         gate.release_all()

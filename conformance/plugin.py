@@ -36,7 +36,7 @@ DISTRIBUTION_NAME = "hicache-conformance"  # what pytest's header prints: `-p no
 FIXTURES_PLUGIN = "conformance.fixtures"
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The options' dests: giving any of them asks for the suite.
-SUITE_OPTION_DESTS = ("cache_impl", "conformance_report", "sglang", "sglang_shim", "expected_failures", "sglang_live")
+SUITE_OPTION_DESTS = ("cache_impl", "conformance_report", "conformance_repro", "sglang", "sglang_shim", "expected_failures", "sglang_live")
 
 _HARNESS = pytest.StashKey[Any]()
 
@@ -47,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run this adapter (repeatable) instead of the registered entry points")
     group.addoption("--conformance-report", default=None, metavar="PATH",
                     help="write the conformance report as PATH.json, PATH.md and PATH.html")
+    group.addoption("--conformance-repro", default=None, metavar="DIR",
+                    help="write into DIR one standalone script per defect entry that replays it (its smallest case) on the implementation")
     group.addoption("--sglang", default=None, metavar="PATH",
                     help="also run SGLang's own decision code, read from the checkout at PATH (its root), as sglang:hiradix, sglang:unified_radix, sglang:hi_mamba_radix")
     group.addoption("--sglang-shim", default=None, metavar="MODULE:FACTORY",

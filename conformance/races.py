@@ -105,6 +105,7 @@ class Background:
             raise
 
     def result(self) -> Any:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         self._thread.join(self.timeout_s)
         if self._thread.is_alive():
             raise GateTimeout(f"{self.description} did not return within {self.timeout_s}s")
@@ -117,6 +118,7 @@ class Background:
 
 def stored_request(cache, *, seed: int, pages: int, page_size: int) -> tuple[list[int], dict]:
     """A request of `pages` full pages, written, backed up to storage, evicted from every tier."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     tokens = request_tokens(seed, pages * page_size)
     data = request_data(cache, tokens, seed)
     store(cache, tokens, data)
@@ -145,6 +147,7 @@ def served(cache, tokens: Sequence[int], data: Mapping[str, Any], committed: int
     (attached only for exactly its length, F4, F10); without one it serves
     exactly the commit.
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     device, host = cache.match(tokens)
     exact = not trailing_pools(cache)
     if exact:
@@ -183,6 +186,7 @@ def fence_tokens(events: Sequence[Event], op: str, pools: Mapping[str, Any], pag
 
 def assert_commit_within_fence(trace: TraceRecorder, cache, op: str, committed: int, page_size: int, config: TerminationConfig | None = None) -> int:
     """The trace so far breaks no invariant, and `committed` is exactly what the fence allows (no more: F3; no less: F11)."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     assert_no_violations(trace.trace(), config, closed=False)
     want = fence_tokens(trace.events(), op, cache.pools, page_size)
     allowed = "pages whose KV and every ALL_PAGES pool had finished loading when it was terminated"
@@ -203,6 +207,7 @@ def close_and_check(cache, trace: TraceRecorder, config: TerminationConfig | Non
     (what the tree holds); None skips that check. clauses: the checkers to
     run (default all).
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     cache.close()
     assert_no_violations(trace.trace(), config, clauses=clauses)
     if host_slots_left is not None:

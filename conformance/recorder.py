@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from conformance import decision_rows
+from conformance.defects import defects_of
 from conformance.harness import MATCHED_KEY, NOT_COLLECTED_KEY
 from conformance.report import INTERLEAVINGS_KEY, SCHEMA_VERSION, ConformanceReport, OutcomeRecord, read_properties
 from conformance.report_files import write_report
@@ -45,10 +46,12 @@ def clause_texts() -> dict:
 
 class MatrixRecorder:
     def __init__(self, harness: Any, config: pytest.Config | None = None, *, report_path: str | None = None,
-                 started: float | None = None) -> None:
+                 repro_dir: str | None = None, started: float | None = None) -> None:
         self.harness = harness
         self.config = config
         self.report_path = report_path if config is None else config.getoption("--conformance-report")
+        self.repro_dir = repro_dir if config is None else config.getoption("--conformance-repro")
+        self.repros: list[Path] = []
         self.started = time.time() if started is None else started
         self.records: dict[str, OutcomeRecord] = {}
         self.interleavings: dict[str, int] = {}  # impl -> schedules explored (test_exploration)
@@ -122,6 +125,7 @@ class MatrixRecorder:
         ).as_json()
         finished = time.time()
         invocation = self.config.invocation_params if self.config is not None else None
+        implementations = [implementation_identity(a, o) for a, o in zip(harness.adapters, harness.origins)]
         return {
             "schema_version": SCHEMA_VERSION,
             "suite": suite_identity(),
@@ -130,7 +134,8 @@ class MatrixRecorder:
                     "directory": str(invocation.dir) if invocation else None,
                     "xdist_workers": self._workers()},
             "target": describe_target(describe_devices()),
-            "implementations": [implementation_identity(a, o) for a, o in zip(harness.adapters, harness.origins)],
+            "implementations": implementations,
+            "defects": defects_of({"tests": results["tests"], "implementations": implementations}),
             **results,
             "interleavings": dict(sorted(self.interleavings.items())),
             "clauses": clauses,
@@ -146,6 +151,10 @@ class MatrixRecorder:
         if not self.records and not self.harness.missing:
             return
         self.data = self.build()
+        if self.repro_dir:
+            from conformance.repro.writer import write_repros
+
+            self.repros = write_repros(self.data, self.repro_dir, {a.name: a for a in self.harness.adapters})
         if self.report_path:
             self.written = write_report(self.data, self.report_path)
 
@@ -162,5 +171,7 @@ class MatrixRecorder:
             tr.write_sep("-", f"{len(stale)} stale expected failure(s): they match no collected test", yellow=True)
             for entry in stale:
                 tr.write_line(f"WARNING stale expected failure: {entry['impl']}: {entry['test']} ({entry['reason']})", yellow=True)
+        if self.repros:
+            tr.write_line(f"reproduction scripts written: {len(self.repros)} in {self.repro_dir}")
         if self.written:
             tr.write_line("conformance report written: " + ", ".join(str(p) for p in self.written))

@@ -15,8 +15,10 @@ A clause's status for (impl, device), strongest first:
 - uncovered: no test cites it.
 A test that takes no device counts for every device of its implementation
 that ran. A weak test (@pytest.mark.weak) cites nothing, so it colours no
-cell; it is listed with its outcome. Rendering is in conformance/report_render.py
-and conformance/report_html.py; the recorder plugin in conformance/recorder.py.
+cell; it is listed with its outcome. Failed tests become defect entries in
+conformance/defects.py (from the causes conformance/causes.py attached to
+them). Rendering is in conformance/report_render.py (terminal),
+report_markdown.py and report_html.py; the recorder plugin in conformance/recorder.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from conformance import decision_rows
+from conformance.causes import read_causes
 from conformance.devices import ANY_DEVICE, CPU
 from conformance.failures import read_failed
 from spec.clauses import CATALOGUE
@@ -93,6 +96,7 @@ class OutcomeRecord:
     device_not_run: str | None = None  # why its device cannot run here
     skip_reason: str | None = None
     judged_out: str | None = None  # "not-judged" or "not-applicable": skipped as saying nothing about this implementation
+    causes: list[dict] = field(default_factory=list)  # of the failing phases (conformance/causes.py)
 
     def add(self, report: Any) -> None:
         props = _properties(report.user_properties)
@@ -110,10 +114,12 @@ class OutcomeRecord:
         if phase == "fail":
             for clause, line in (read_failed(report.user_properties) or {}).items():
                 self.failed_clauses.setdefault(clause, line)
+            self.causes += [c for c in read_causes(report.user_properties) or [] if c not in self.causes]
 
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
+                "causes": list(self.causes) if self.outcome == "fail" else None,
                 "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None,
                 "judged_out": self.judged_out if self.outcome == "skip" else None}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from conformance.report_html import render_html
-from conformance.report_render import render_markdown
+from conformance.report_markdown import render_markdown
 
 
 def write_report(data: Mapping[str, Any], path: str | Path) -> tuple[Path, Path, Path]:

@@ -1,12 +1,15 @@
-"""The conformance report as people read it: the terminal summary and the Markdown file (plus writing every file)."""
+"""The conformance report in the terminal: the matrix, one line per defect, the counts of the rest.
+
+The Markdown file is conformance/report_markdown.py's, the HTML page conformance/report_html.py's; conformance/report_files.py writes them.
+"""
 
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any, Callable, Mapping
 
 from conformance.decision_rows import describe_row
+from conformance.defect_text import SECTIONS, VERDICT_LETTER, entries, terminal_line
 
 LETTERS = {"defect": "D", "hardening": "H", "unverified": "f", "xfail": "x", "pass": "P", "not-applicable": "n",
            "not-judged": "j", "not-run": "-", "uncovered": "."}
@@ -90,7 +93,7 @@ def _plain(text: str, **markup: bool) -> str:
 
 
 def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> list[str]:
-    """One row per impl/device, one column per clause (stays narrow as GPUs add rows), then what failed and why."""
+    """The matrix (one row per impl/device, one column per clause), then one line per defect entry, then the counts of the rest."""
     colour = colour or _plain
     matrix = data["matrix"]
     columns = _columns(matrix)
@@ -107,6 +110,7 @@ def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> li
         row = matrix[impl][device]
         cells = [colour(LETTERS[row[c]], **MARKUP.get(row[c], {})) + " " * (cell - 1) for c in clause_ids]
         lines.append(label.ljust(width + 2) + "".join(cells).rstrip())
+    lines += _defect_lines(data, colour)
     for label, (impl, device) in zip(labels, columns):
         if device in not_run:
             continue
@@ -116,7 +120,6 @@ def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> li
         named = (f"; defects: {', '.join(defects)}" if defects else "") + (f"; hardening not met: {', '.join(hardening)}" if hardening else "")
         lines.append(f"{label}: {_counts(row)}{named}")
         found = data.get("failing", {}).get(impl, {}).get(device, {})
-        lines += [f"  {found['clauses'][c]}" for c in defects + hardening if c in found.get("clauses", {})]
         if found.get("naming_no_clause"):
             lines.append(f"  {len(found['naming_no_clause'])} failed test(s) named no clause: {_short(found['naming_no_clause'])}")
         if found.get("weak"):
@@ -130,70 +133,12 @@ def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> li
     return lines
 
 
-def _identity_lines(data: Mapping[str, Any]) -> list[str]:
-    suite, run, target = data["suite"], data["run"], data["target"]
-    modified = " (with uncommitted changes)" if suite.get("modified") else ""
-    out = [f"- suite: {suite['name']} {suite['version'] or '(version unknown)'}, commit {suite['commit'] or 'unknown'}{modified}",
-           f"- run: {run['started']} to {run['finished']} ({run['duration_s']:.1f}s): `pytest {shlex.join(run['pytest_args'])}`",
-           f"- torch {target['torch']}, Python {target['python']}, platform {target['platform']}",
-           f"- device kinds: {', '.join(target['device_kinds'])}", "",
-           "| device | kind | model | driver |", "|---|---|---|---|"]
-    out += [f"| {d['name']} | {d['kind']} | {d['model']} | {d['driver'] or '-'} |" for d in target["devices"]]
-    out.append("")
-    for device in data.get("devices_not_run", []):
-        out.append(f"**{device['device']} did not run here** ({device['reason']}): its rows read `not-run`, never `pass`.")
-    out += ["", "## Implementations", "", "| name | from | factory | module | distribution | adapter |", "|---|---|---|---|---|---|"]
-    for impl in data["implementations"]:
-        dist = impl["distribution"]
-        source = impl["source"] + (f" {impl['source_value']}" if impl.get("source_value") else "")
-        out.append(f"| {impl['name']} | {source} | `{impl['factory'] or '-'}` | `{impl['module']}` | "
-                   f"{dist['name'] + ' ' + dist['version'] if dist else 'not an installed distribution'} | `{impl['adapter']}` |")
-    return out
-
-
-def render_markdown(data: Mapping[str, Any]) -> str:
-    titles = {cid: clause["title"] for cid, clause in data.get("clauses", {}).items()}
-    out = ["# Conformance report", "", "## Target", ""] + _identity_lines(data)
-    out += ["", "## Matrix", "", "Statuses: " + "; ".join(f"`{s}` {MEANINGS[s]}" for s in LETTERS) + ".", ""]
-    for impl, devices in data["matrix"].items():
-        names = list(devices)
-        out += [f"### {impl}", "", "| clause | title | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-        clause_ids = list(devices[names[0]]) if names else []
-        for clause in clause_ids:
-            out.append(f"| {clause} | {titles.get(clause, '')} | " + " | ".join(devices[d][clause] for d in names) + " |")
-        out.append("")
-        for device in names:
-            found = data.get("failing", {}).get(impl, {}).get(device, {})
-            for clause, line in found.get("clauses", {}).items():
-                out.append(f"- {device}, failed here, {clause}: {line}")
-            for nodeid in found.get("naming_no_clause", []):
-                out.append(f"- {device}, failed naming no clause: `{nodeid}`")
-            for nodeid in found.get("weak", []):
-                out.append(f"- {device}, weak test failed (cites no clause): `{nodeid}`")
-            summary = decision_summary(data.get("decision_table", {}).get(impl, {}).get(device))
-            if summary is not None:
-                out += [f"- {device}, {summary[0]}"] + [f"  - {row}" for row in summary[1]]
-        out.append("")
-    if data.get("not_run"):
-        out += ["## Not run", ""] + [f"- {m['impl']}: {m['reason']}" for m in data["not_run"]] + [""]
-    out += ["## Expected failures", ""]
-    if data["expected_failures"]:
-        out += ["| impl | test | reason | matched |", "|---|---|---|---|"]
-        out += [f"| {e['impl']} | `{e['test']}` | {e['reason']} | {'yes' if e['matched'] else 'STALE'} |" for e in data["expected_failures"]]
-    else:
-        out.append("None.")
-    out += ["", "## Skipped", ""]
-    out += [f"- {g['count']} x {g['reason']} ({', '.join(f'{i} {n}' for i, n in g['impls'].items())})" for g in data.get("skips", [])] or ["None."]
-    out += ["", "## Uncovered clauses", ""]
-    for impl, devices in data["uncovered"].items():
-        for device, clauses in devices.items():
-            out.append(f"- {impl} / {device}: {', '.join(clauses) if clauses else 'none'}")
-    if data.get("interleavings"):
-        out += ["", "## Systematic exploration", ""] + [f"- {impl}: {n} interleavings" for impl, n in data["interleavings"].items()]
-    counts: dict[str, int] = {}
-    for test in data["tests"]:
-        counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
-    weak = sum(1 for test in data["tests"] if test.get("weak") is not None)
-    out += ["", "## Tests", "", (", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "none ran")
-            + (f" ({weak} weak: they cite no clause)" if weak else ""), ""]
-    return "\n".join(out)
+def _defect_lines(data: Mapping[str, Any], colour: Colour) -> list[str]:
+    """Defects first, then hardening: one line each (conformance/defects.py grouped the failures)."""
+    lines = []
+    for verdict, heading in SECTIONS:
+        found = entries(data, verdict)
+        if found:
+            lines.append(f"{heading.lower()} ({len(found)}):")
+            lines += [f"  {colour(VERDICT_LETTER[verdict], **MARKUP[verdict])} {terminal_line(e)}" for e in found]
+    return lines

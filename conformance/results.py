@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from conformance.report_render import LETTERS, MEANINGS
+from conformance.report_markdown import compact_matrix
 
 # The order a maintainer reads a row in: what to file, what to harden, what does not apply.
 SECTIONS = (("defect", "Defects"), ("hardening", "Hardening not met"), ("unverified", "Unverified"),
@@ -44,12 +44,7 @@ def render(data: Mapping[str, Any], title: str | None = None) -> str:
            f"- command: `{_command(data)}`",
            f"- suite: {suite['name']} {suite.get('version') or ''}, commit {commit}",
            f"- run: {run['started']} ({run['duration_s']:.0f} s), torch {data['target']['torch']}, {data['target']['platform']}", ""]
-    clause_ids = list(next(iter(data["matrix"].values()))["cpu"]) if data["matrix"] else []
-    out += ["| implementation | " + " | ".join(clause_ids) + " |", "|---|" + "---|" * len(clause_ids)]
-    for impl in impls:
-        row = data["matrix"][impl]["cpu"]
-        out.append(f"| {impl} | " + " | ".join(LETTERS[row[c]] for c in clause_ids) + " |")
-    out += ["", "Legend: " + "; ".join(f"`{letter}` {MEANINGS[v]}" for v, letter in LETTERS.items()) + ".", ""]
+    out += compact_matrix(data, [(impl, "cpu") for impl in impls]) + [""]
     for impl in impls:
         out += _implementation(data, impl)
     return "\n".join(out) + "\n"

@@ -161,6 +161,7 @@ class LiveSession:
 
     def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
         """A plain KV write, as the scheduler caches a request: device slots, then insert (a prefix the tree holds is freed)."""
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         aligned = len(tokens) - len(tokens) % self.env.page_size
         if aligned == 0:
             return
@@ -247,6 +248,7 @@ class LiveSession:
         return self.cache.match_prefix(self.runtime.modules["base_prefix_cache"].MatchPrefixParams(key=self.radix_key(tokens)))
 
     def _alloc_device(self, tokens: int) -> torch.Tensor:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         slots = self.allocator.alloc(tokens)
         if slots is None:
             self.cache.evict(self.runtime.modules["base_prefix_cache"].EvictParams(num_tokens=tokens))
@@ -279,6 +281,7 @@ class LiveSession:
     def flush(self) -> None:
         # Upstream's scheduler calls check_hicache_events once per step on every rank (each call runs
         # collectives), so every rank takes the same rounds here: until no rank has a backup pending.
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         for _ in range(200):  # bounded: 200 rounds of at most wait_timeout_s / 200 each
             self.cache.check_hicache_events()
             if not self._any_rank(bool(self.cache.ongoing_write_through or self.cache.ongoing_backup)):
@@ -294,6 +297,7 @@ class LiveSession:
             f"backup thread alive: {self._alive('backup_thread')}): a started transfer never ended")
 
     def evict_all(self) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         self.cache.check_hicache_events()
         self.cache.evict(self.evict_params())
         self.evict_host_all()
@@ -303,6 +307,7 @@ class LiveSession:
         return len(m.device_indices), int(m.host_hit_length)
 
     def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         m = self._node_hit(tokens)
         matched = len(m.device_indices) + int(m.host_hit_length)
         node = m.last_host_node
@@ -312,6 +317,7 @@ class LiveSession:
         return len(entry[1]) if entry is not None else 0
 
     def wait_prefetch_io(self, request_id: str) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         if not self.taps.wait_io_done(request_id, self.env.wait_timeout_s):
             raise AssertionError(
                 f"L4: sglang-live: upstream's prefetch threads did not finish the IO of {request_id} within {self.env.wait_timeout_s}s "
@@ -323,6 +329,7 @@ class LiveSession:
         return f"{alive}; IO thread errors: {'; '.join(self.taps.io_thread_errors) or 'none'}"
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         finished: dict[str, int] = {}
         with self.taps.scheduler_step() as step:
             self.cache.check_hicache_events()
@@ -334,10 +341,12 @@ class LiveSession:
         return finished
 
     def abort(self, request_id: str) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         with self.taps.scheduling(op=request_id, phase="abort"):
             self.cache.release_aborted_request(request_id)
 
     def load_back(self, tokens: Sequence[int]) -> Loaded:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         match, slots = self.loaded_slots(tokens)
         rows = torch.stack([torch.stack([self.device_pool.k_buffer[l][slots] for l in range(LAYERS)], 1),
                             torch.stack([self.device_pool.v_buffer[l][slots] for l in range(LAYERS)], 1)], 1)
@@ -345,6 +354,7 @@ class LiveSession:
 
     def loaded_slots(self, tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
         """Load the host part of the tokens' prefix back to the device: (the match after it, the device slots of the prefix)."""
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         m = self._node_hit(tokens)
         if self.needs_load(m):
             self._load_host_part(m)
@@ -354,6 +364,7 @@ class LiveSession:
         return m, m.device_indices
 
     def _load_host_part(self, m: Any) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         nodes, node = [], m.best_match_node
         while node.evicted:
             nodes.insert(0, node)
@@ -428,6 +439,7 @@ class LiveSession:
         return list(dict.fromkeys(out))
 
     def close(self) -> None:
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         if self._closed:
             return
         self._closed = True

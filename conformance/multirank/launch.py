@@ -84,6 +84,7 @@ def launch(
     A scenario that fails on some rank is not raised here: its outcome carries
     the rank's error (see scenario_problems), and the ranks skip the rest.
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     # The rank side imports this module: imported here, so that the import graph has no cycle.
     from conformance.multirank.rank import rank_main  # the rank side, imported only where ranks start
 
@@ -237,6 +238,7 @@ def run_or_fail(adapter: AdapterRef | None, scenarios: Sequence[Scenario], *, sa
     same_usable_prefix: also require every rank to serve the same prefix after
     load-back (kept apart so that its failures are reported under S4/F4 only).
     """
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     result = launch(adapter, scenarios, **kwargs)
     problems = []
     for outcome in result.outcomes:

@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from conformance.report_render import LETTERS
 from spec.clauses import CATALOGUE
 
 ADAPTERS = '''
@@ -248,11 +249,24 @@ def test_report_is_valid_under_its_schema_and_says_what_was_tested(single, workd
     assert skips["adapter 'broken' does not declare capability pool:indexer "
                  "(pool:indexer: runs with an ALL_PAGES side pool that reuses the KV slot numbers)"]["impls"] == {"broken": 1}
     assert sum(g["count"] for g in data["skips"]) == sum(1 for t in data["tests"] if t["outcome"] == "skip")
-    assert "### broken" in markdown and "| S5 | " in markdown and "STALE" in markdown
-    assert "`defect` defect (a behavioural clause, or a mechanism of the declared profile, failed)" in markdown
-    assert "| F3 | Commit clamped to every ALL_PAGES pool | unverified | not-run |" in markdown
-    assert "- cpu, failed here, L3: L3: the ranks ran different collectives" in markdown
+    assert "STALE" in markdown and "`D` defect (a behavioural clause, or a mechanism of the declared profile, failed)" in markdown
+    # The compact matrix: one row per implementation and device, one letter per clause, in the catalogue's order.
+    row = data["matrix"]["broken"]["cpu"]
+    assert [c for c, v in row.items() if v == "defect"] == ["S5", "L3"] and row["F3"] == "unverified"
+    assert "| broken / cpu | " + " | ".join(LETTERS[row[c]] for c in CATALOGUE) + " |" in markdown and "| C1 | C2 | D1 |" in markdown
+    assert markdown.index("## Matrix") < markdown.index("## Defects") < markdown.index("## Target")
+    assert "### L3 (liveness: Same collectives on every rank of a group)" in markdown and "- **what goes wrong:** the ranks ran different collectives" in markdown
     assert "**cuda did not run here**" in markdown and "| good | --cache-impl synthetic_adapters:good |" in markdown
+
+
+def test_each_defect_is_one_entry_with_its_tests(single):
+    _, data, _ = single
+    entries = {e["id"]: e for e in data["defects"]["entries"]}
+    assert sorted(entries) == ["L3", "S5"]
+    assert [t["nodeid"].split("::")[1] for t in entries["S5"]["tests"]] == ["test_roundtrip[broken-cpu]"]
+    assert entries["L3"]["sentence"] == "the ranks ran different collectives" and entries["L3"]["verdict"] == "defect"
+    # The failure that named no clause, and the weak one, are no entry.
+    assert [n.split("::")[1] for n in data["defects"]["naming_no_clause"]] == ["test_fixed_already[good]"]
 
 
 class Page(HTMLParser):
@@ -286,13 +300,13 @@ def test_html_page_is_self_contained_and_links_failing_cells(single, workdir):
     page = Page((workdir / "out" / "n0.html").read_text())
     assert not page.external, f"the page loads something from elsewhere: {page.external}"
     assert not page.links - page.ids, f"links to no anchor: {sorted(page.links - page.ids)}"
-    # Every F/f cell links to its failures, and every clause heading to the clause's text.
-    failing_cells = sum(1 for devices in data["outcomes"].values() for row in devices.values() for s in row.values() if s.startswith("fail"))
-    assert len([link for link in page.links if link.startswith("cell-")]) == failing_cells == 4
+    # Every defect or hardening cell links to its entry, every entry has its card, every clause heading its text.
+    failing_cells = sum(1 for devices in data["matrix"].values() for row in devices.values() for s in row.values() if s in ("defect", "hardening"))
+    assert {link for link in page.links if link.startswith("defect-")} == {"defect-S5", "defect-L3"} and failing_cells == 2
     assert {f"clause-{c}" for c in CATALOGUE} <= page.ids
     for text in (CATALOGUE["F3"].statement, CATALOGUE["D3"].upstream, CATALOGUE["D3"].evidence[0]):
         assert " ".join(text.split()) in page.text, text
-    assert "L3: the ranks ran different collectives" in page.text and "cuda did not run here" in page.text
+    assert "the ranks ran different collectives" in page.text and "cuda did not run here" in page.text
 
 
 def test_ids_are_impl_then_device_then_own_params(single):
@@ -328,7 +342,7 @@ def test_expected_failures_are_strict_and_stale_ones_reported(single):
     assert "conformance matrix (implementation x device x clause)" in result.stdout
     assert "legend: D defect (a behavioural clause, or a mechanism of the declared profile, failed)  H hardening not met" in result.stdout
     assert "broken/cpu: 2 defect, 0 hardening, 1 unverified," in result.stdout and "defects: S5, L3" in result.stdout
-    assert "  L3: the ranks ran different collectives" in result.stdout
+    assert "defects (2):" in result.stdout and " L3 liveness: the ranks ran different collectives [broken; 1 test]" in result.stdout
     assert "good/cpu: 0 defect, 0 hardening, 1 unverified," in result.stdout and "1 failed test(s) named no clause: test_fixed_already[good]" in result.stdout
 
 
