@@ -190,7 +190,7 @@ class CacheAdapter(Protocol):
 # Optional on an adapter:
 #   io_order: str
 # the order the implementation's IO thread loads a prefetch in, one of
-# conformance.schedule_model.IO_ORDERS ("kv_then_extras", the default, or
+# conformance.scenarios.schedule_model.IO_ORDERS ("kv_then_extras", the default, or
 # "extras_with_each_batch"); the exploration's expected schedule counts follow
 # it, and tests that drive IO in another order skip (ADAPTERS.md, "IO order").
 

@@ -32,7 +32,7 @@ def time_scale(environ: dict | None = None) -> float:
 try:
     SCALE = time_scale()
 except ConfigError:
-    SCALE = 1.0  # reported as a usage error by the plugin at configure time (conformance/plugin.py)
+    SCALE = 1.0  # reported as a usage error by the plugin at configure time (conformance/plugin/__init__.py)
 
 
 def bound(seconds: float) -> float:

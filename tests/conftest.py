@@ -2,14 +2,14 @@
 
 `cache_factory` builds the caches a test uses (by registry name with small
 pools over a file backend in tmp_path, or any cache or adapter session it
-adopts) and ends their life one way (conformance/lifecycle.py): at teardown
+adopts) and ends their life one way (conformance/oracles/lifecycle.py): at teardown
 every gate it was given is released, every instance is closed, no thread may
 be left running and no background thread may have failed, unless the test
 planted that failure and said so (`errors_expected`).
 
 The rest of the shared support lives where the harness keeps it, so tests
-and the suite use the same code: random data in conformance/scenarios.py
-(`random_rows`, `pool_data`, `same_bytes`), devices in conformance/devices.py
+and the suite use the same code: random data in conformance/scenarios/workload.py
+(`random_rows`, `pool_data`, `same_bytes`), devices in conformance/plugin/devices.py
 (`pytest_params`, `needs_gpu`, `torch_device`), rank processes in
 conformance/multirank/processes.py (`run_ranks`).
 """
@@ -24,7 +24,7 @@ import pytest
 
 from conformance.adapter import ENTRY_POINT_GROUP
 from conformance.bounds import WAIT_S
-from conformance.lifecycle import close_and_check
+from conformance.oracles.lifecycle import close_and_check
 
 
 def _default_pools() -> dict[str, tuple[str, ...]]:

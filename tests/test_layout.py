@@ -4,8 +4,10 @@ spec depends on nothing of ours; caches on spec; conformance on spec and the
 adapter protocol, never on caches (the built-in caches reach it as adapters,
 through entry points); lint on libcst alone. Read with ast, so imports under
 TYPE_CHECKING and inside functions count too: a cycle hidden there still
-means two modules that cannot be read apart. Importing a package counts as
-importing its __init__.
+means two modules that cannot be read apart. Importing a package, or a
+name from it, counts as importing its __init__; `from package import
+submodule` counts as importing the submodule alone (it needs nothing the
+__init__ defines).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                imported.add(node.module)
-                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+                submodules = {f"{node.module}.{alias.name}" for alias in node.names} & files.keys()
+                imported.update(submodules)
+                if len(submodules) < len(node.names):
+                    imported.add(node.module)
         graph[name] = {other for other in imported if other in files and other != name}
     return graph
 
@@ -137,3 +141,17 @@ def test_a_type_checking_import_back_is_a_cycle(tmp_path):
     (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import thing\n")
     graph = import_graph({"a": tmp_path / "a.py", "b": tmp_path / "b.py"})
     assert cycles(graph) == [["a", "b"]]
+
+
+def test_a_name_from_a_package_imports_its_init_a_submodule_does_not(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("def hook():\n    from pkg import helper\n")
+    (tmp_path / "pkg" / "helper.py").write_text("")
+    (tmp_path / "user.py").write_text("from pkg import helper\n")
+    (tmp_path / "back.py").write_text("from pkg import hook\n")
+    files = {"pkg": tmp_path / "pkg" / "__init__.py", "pkg.helper": tmp_path / "pkg" / "helper.py",
+             "user": tmp_path / "user.py", "back": tmp_path / "back.py"}
+    graph = import_graph(files)
+    assert graph["user"] == {"pkg.helper"} and graph["back"] == {"pkg"}
+    (tmp_path / "pkg" / "helper.py").write_text("from pkg import hook\n")  # the submodule needs the __init__'s name: a cycle
+    assert cycles(import_graph(files)) == [["pkg", "pkg.helper"]]

@@ -5,7 +5,7 @@ completed, while the extra-pool get (the indexer) is still running: the vote
 is yes with pool transfers pending.
 
 Must be caught by: D3 (the decision table, rows "full / pending"); the
-race in conformance/test_windows.py where the scheduler checks while the
+race in conformance/suite/test_windows.py where the scheduler checks while the
 extra-pool get is held (the check must not terminate).
 """
 

@@ -15,7 +15,7 @@ shorter).
 
 Must be caught by: X1, in the multi-rank scenario where one rank's load
 fails and revokes the operation while its peers' loads are held
-(conformance/test_multirank.py, test_terminated_on_one_rank_ends_it_everywhere).
+(conformance/suite/test_multirank.py, test_terminated_on_one_rank_ends_it_everywhere).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ The extra-pool guard itself is in place (keyed on completion, before the reduce)
 
 Must be caught by: S1 and F3 (windows 1, 2, 3, 5 and the short sidecar, as
 trace violations and by the fence oracle), S5 (stale index bytes loaded
-back), F7 (window 4), all in conformance/test_windows.py.
+back), F7 (window 4), all in conformance/suite/test_windows.py.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class LiveAdapter:
     tree: SglangTree
     class_name: str
     expected_failures: tuple = field(default=())
-    # Read from the tree's own code, with file:line evidence (evidence.py; conformance/declarations.py).
+    # Read from the tree's own code, with file:line evidence (evidence.py; conformance/plugin/declarations.py).
     profile: str | None = None
     profile_evidence: tuple = ()
     deployment: Mapping[str, tuple] = field(default_factory=dict)

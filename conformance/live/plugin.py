@@ -1,4 +1,4 @@
-"""The --sglang-live option (registered by conformance/plugin.py): the trees it names and the adapters it adds."""
+"""The --sglang-live option (registered by conformance/plugin/__init__.py): the trees it names and the adapters it adds."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from conformance.failures import CLAUSE_LABEL
+from conformance.report.failures import CLAUSE_LABEL
 from spec.clauses import CATALOGUE
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE

@@ -33,13 +33,13 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from conformance.adapter import CacheEnv
-from conformance.gates import GateTimeout, InjectedFault
-from conformance.declarations import declarations
-from conformance.lifecycle import background_errors
+from conformance.scenarios.gates import GateTimeout, InjectedFault
+from conformance.plugin.declarations import declarations
+from conformance.oracles.lifecycle import background_errors
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
 from conformance.multirank.records import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, collective_name
 from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
-from conformance.scenarios import assert_loaded_writes
+from conformance.oracles.outcome import assert_loaded_writes
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE

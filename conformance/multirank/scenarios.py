@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from conformance.scenarios import pool_data
+from conformance.scenarios.workload import pool_data
 from spec.clock import ManualClock
 from spec.trace import BACKUP, LOAD, Event, EventKind, TraceRecorder
 

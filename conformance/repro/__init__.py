@@ -1,6 +1,6 @@
 """Standalone reproductions of defect entries: `pytest conformance/ --conformance-repro DIR`.
 
-Per defect entry (conformance/defects.py) with a case that replays outside
+Per defect entry (conformance/report/defects.py) with a case that replays outside
 pytest, one Python script in DIR that rebuilds the implementation the run
 tested (the same factory string, `--sglang-live` or `--sglang` path) and
 replays the smallest case found: an exploration schedule (shrunk first), a

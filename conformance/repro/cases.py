@@ -3,7 +3,7 @@
 Three kinds of case replay standalone, each from data the run recorded:
 
 - an exploration schedule: the scenario's fields and the schedule that
-  failed (conformance/explore.py replays it; shrink.py makes it smaller);
+  failed (conformance/scenarios/explore.py replays it; shrink.py makes it smaller);
 - a decision-table state: the row where the implementation's decision or
   vote differs from its profile's (the test's `decision_table` rows);
 - a storage error: the pool and direction of the transfer whose injected
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from conformance.causes import event_of
-from conformance.defects import fallback_causes
+from conformance.report.causes import event_of
+from conformance.report.defects import fallback_causes
 from spec.trace import BACKUP, LOAD
 
 FOREIGN = re.compile(r"differ from the writer's only in (dtype|layout|page_size)\b")

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from conformance.explore import ReplayError
-from conformance.failures import named_clauses
-from conformance.standalone import CacheFactory, load_adapter
+from conformance.scenarios.explore import ReplayError
+from conformance.report.failures import named_clauses
+from conformance.repro.standalone import CacheFactory, load_adapter
 from spec.clauses import CATALOGUE
 
 Replay = Callable[[CacheFactory], None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from conformance.explore import Scenario
+from conformance.scenarios.catalogue import Scenario
 from conformance.repro.cases import Case
 
 HEADER = '''#!/usr/bin/env python3
@@ -35,20 +35,20 @@ Written by `pytest --conformance-repro` ({suite}) from the run of {started}.
 '''
 # What each kind of replay needs besides sys and the runtime's main.
 IMPORTS = {
-    "exploration": ["from conformance import explore"],
-    "decision": ["import math", "from conformance.decision_rows import describe_state", "from spec.config import TerminationConfig",
+    "exploration": ["from conformance.scenarios import catalogue, explore"],
+    "decision": ["import math", "from conformance.report.decision_rows import describe_state", "from spec.config import TerminationConfig",
                  "from spec.decision import DecisionState",
                  "from spec.profiles import profile as find_profile", "from spec.timeout import timeout_budget",
                  "from spec.trace import EventKind"],
-    "storage_error": ["from conformance import lifecycle, scenarios", "from spec.trace import BACKUP, LOAD, EventKind"],
-    "foreign_pages": ["from conformance import scenarios", "from spec.config import TerminationConfig"],
+    "storage_error": ["from conformance.oracles import lifecycle", "from conformance.scenarios import workload", "from spec.trace import BACKUP, LOAD, EventKind"],
+    "foreign_pages": ["from conformance.scenarios import workload", "from spec.config import TerminationConfig"],
 }
 
 EXPLORATION = '''
 
 def {name}(make_cache):
     """Scenario {scenario_name}, schedule {schedule!r}: one prefetch, each IO step and scheduler step in this order."""
-    scenario = explore.Scenario({scenario})
+    scenario = catalogue.Scenario({scenario})
     explore.replay(make_cache, scenario, {schedule!r}, profile=make_cache.profile)
 '''
 
@@ -78,8 +78,8 @@ STORAGE_ERROR = '''
 def {name}(make_cache):
     """The first {pool} transfer {direction_words} raises, as a storage error would; the cache must go on working."""
     cache = make_cache(policy="wait_complete", page_size=4, batch_pages=2, wait_timeout_s=5.0)  # a dead thread's wait ends soon
-    tokens = scenarios.request_tokens(11, 16)
-    data = scenarios.request_data(cache, tokens, 11)
+    tokens = workload.request_tokens(11, 16)
+    data = workload.request_data(cache, tokens, 11)
     make_cache.gate.fail("storage raises at the first {pool} transfer {direction_words}",
                          lambda e: e.kind is EventKind.IO_START and e.value == {direction} and e.pool == {pool!r})
     {body}
@@ -93,26 +93,26 @@ def {name}(make_cache):
     """A writer stores 16 tokens and closes; a reader whose KV pages differ only in {differs} shares its storage: it must find a miss."""
     shared = make_cache.storage_dir / "shared"
     writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=4), storage_dir=shared)
-    tokens = scenarios.request_tokens(61, 16)
-    scenarios.store(writer, tokens, scenarios.request_data(writer, tokens, 61))
+    tokens = workload.request_tokens(61, 16)
+    workload.store(writer, tokens, workload.request_data(writer, tokens, 61))
     writer.close()
     reader = make_cache(storage_dir=shared, {reader})
     served = 0
     if reader.prefetch("r1", tokens):
         reader.wait_prefetch_io("r1")
-        scenarios.drive(reader, ["r1"], max_steps=3, trace=make_cache.trace)
+        workload.drive(reader, ["r1"], max_steps=3, trace=make_cache.trace)
         served = reader.load_back(tokens).tokens
     assert served == 0, f"S6: a cache whose KV pages differ from the writer's only in {differs} served {{served}} tokens from the writer's pages"
 '''
-# How the reader differs from the writer (conformance/test_foreign_pages.py's).
+# How the reader differs from the writer (conformance/suite/test_foreign_pages.py's).
 READERS = {"dtype": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="dtype"',
            "layout": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="layout"',
            "page_size": 'termination=TerminationConfig(policy="wait_complete", page_size=8)'}
 
-LOAD_BODY = '''scenarios.store(cache, tokens, data)
+LOAD_BODY = '''workload.store(cache, tokens, data)
     assert cache.prefetch("r1", tokens), "the stored request was not prefetched"
     cache.wait_prefetch_io("r1")
-    scenarios.drive(cache, ["r1"], max_steps=3, trace=make_cache.trace)'''
+    workload.drive(cache, ["r1"], max_steps=3, trace=make_cache.trace)'''
 BACKUP_BODY = '''cache.write(tokens, data)
     try:
         cache.flush()
@@ -130,7 +130,7 @@ if __name__ == "__main__":
 '''
 
 BACKSLASH, QUOTES = chr(92), chr(34) * 3
-# Placements of a decision state on the injected clock (conformance/test_decision.py's): how long before now it started.
+# Placements of a decision state on the injected clock (conformance/suite/test_decision.py's): how long before now it started.
 OFFSETS = {"just started": "0.0", "exactly at the deadline": "budget", "a second past the deadline": "(budget + 1.0)",
            "one tick past the deadline": "math.nextafter(budget, math.inf)"}
 

@@ -16,9 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from conformance.explore import ACTIONS, NondeterminismError, ReplayError, Scenario, format_schedule, parse_schedule, replay
+from conformance.scenarios.explore import ACTIONS, NondeterminismError, ReplayError, format_schedule, parse_schedule, replay
+
+from conformance.scenarios.catalogue import Scenario
 from conformance.repro.runtime import failure_text, quiet_threads, reproduces
-from conformance.standalone import CacheFactory
+from conformance.repro.standalone import CacheFactory
 
 MAX_REPLAYS = 60
 MAX_SECONDS = 90.0

@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from conformance.explore import Scenario
+from conformance.scenarios.catalogue import Scenario
 from conformance.repro.cases import Case, cases_for, implementation_source, why_none
 from conformance.repro.runtime import REPRODUCED, replay_once, verdict_line
 from conformance.repro.script import file_name, render
 from conformance.repro.shrink import shrink
-from conformance.standalone import load_adapter
+from conformance.repro.standalone import load_adapter
 
 
 def scenario_of(fields: Mapping[str, Any]) -> Scenario:

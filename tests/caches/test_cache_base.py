@@ -21,9 +21,10 @@ from caches.config import CacheConfig
 from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
 from caches.storage import pool_key
-from conformance.gates import Gate
+from conformance.scenarios.gates import Gate
 from conformance.multirank.processes import run_ranks
-from conformance.scenarios import pool_data, same_bytes
+from conformance.oracles.outcome import same_bytes
+from conformance.scenarios.workload import pool_data
 from spec import check
 from spec.clock import ManualClock
 from spec.errors import ConfigError

@@ -6,7 +6,8 @@ import pytest
 
 from caches.adapters import CacheSession
 from caches.config import WRITE_POLICIES
-from conformance.scenarios import assert_loaded_bytes, drive
+from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.scenarios.workload import drive
 
 # Every cache, with each kind of extra pool it takes (a window pool included).
 CONFIGS = {

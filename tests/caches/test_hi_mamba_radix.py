@@ -17,7 +17,8 @@ from caches.core.hashing import page_hashes
 from caches.hi_mamba_radix import HiMambaRadixCache
 from caches.storage import pool_key
 from conformance.multirank.processes import run_ranks
-from conformance.scenarios import pool_data, same_bytes
+from conformance.oracles.outcome import same_bytes
+from conformance.scenarios.workload import pool_data
 from spec import check
 from spec.clock import ManualClock
 from spec.decision import DecisionState, decide, enumerate_states, local_vote, vote_clause

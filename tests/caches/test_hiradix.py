@@ -8,8 +8,9 @@ import pytest
 from conformance.bounds import WAIT_S
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
-from conformance import devices
-from conformance.scenarios import random_rows, same_bytes
+from conformance.plugin import devices
+from conformance.oracles.outcome import same_bytes
+from conformance.scenarios.workload import random_rows
 from spec import check
 from spec.clock import ManualClock
 from spec.config import Policy

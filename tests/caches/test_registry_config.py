@@ -15,7 +15,8 @@ from caches.adapters import (INDEXER_ELEM, KV_ELEM, STATE_ELEM, BuiltinAdapter, 
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
 from conformance.adapter import CacheEnv
-from conformance.scenarios import pool_data, same_bytes
+from conformance.oracles.outcome import same_bytes
+from conformance.scenarios.workload import pool_data
 from spec.clock import ManualClock
 from spec.config import Policy, TerminationConfig
 from spec.errors import ConfigError

@@ -35,7 +35,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from caches import BadTokensError, CacheFullError
 from caches.registry import build
-from conformance.lifecycle import close_and_check
+from conformance.oracles.lifecycle import close_and_check
 from spec import check
 from spec.clock import ManualClock
 from spec.trace import TraceRecorder

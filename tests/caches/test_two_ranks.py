@@ -16,7 +16,7 @@ import pytest
 
 from conformance.bounds import WAIT_S
 from conformance.multirank.processes import run_ranks
-from conformance.scenarios import pool_data
+from conformance.scenarios.workload import pool_data
 
 CACHES = {"hiradix": ("indexer",), "unified_radix": ("indexer", "mamba"), "hi_mamba_radix": ("mamba",)}
 PAGE_SIZE = 4

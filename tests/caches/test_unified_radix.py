@@ -10,8 +10,9 @@ import spec
 from caches.config import CacheConfig
 from caches.unified import ComponentLockError, FullAttention, Mamba
 from caches.unified_radix import UnifiedRadixCache
-from conformance import devices
-from conformance.scenarios import pool_data, same_bytes
+from conformance.plugin import devices
+from conformance.oracles.outcome import same_bytes
+from conformance.scenarios.workload import pool_data
 from spec.clock import ManualClock
 from spec.decision import DecisionState, enumerate_states
 from spec.errors import ConfigError

@@ -27,7 +27,7 @@ class PytestProcess:
     timeout_s: float = RUN_TIMEOUT_S
 
     def command(self, *args: str, fixtures: bool = True) -> list[str]:
-        plugins = ["-p", "conformance.plugin", *(["-p", "conformance.fixtures"] if fixtures else [])]
+        plugins = ["-p", "conformance.plugin", *(["-p", "conformance.plugin.fixtures"] if fixtures else [])]
         return [sys.executable, "-m", "pytest", *plugins, "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
 
     def env(self, workdir: Path | None = None, **extra: str) -> dict[str, str]:

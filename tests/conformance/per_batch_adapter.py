@@ -21,7 +21,7 @@ from caches.adapters import CacheSession, config_for
 from caches.core.controller import StorageController, _leading
 from caches.hiradix import HiRadixCache
 from caches.storage import PoolTransfer
-from conformance.schedule_model import EXTRAS_WITH_EACH_BATCH
+from conformance.scenarios.schedule_model import EXTRAS_WITH_EACH_BATCH
 from spec.fence import HitPolicy
 
 

@@ -1,4 +1,4 @@
-"""The deterministic scheduler itself (conformance/explore.py), run on the built-in hiradix cache.
+"""The deterministic scheduler itself (conformance/scenarios/explore.py), run on the built-in hiradix cache.
 
 The cache is reached like any adapter: through its factory and the adapter
 protocol. A few tests wrap a real session to inject one misbehaviour, to
@@ -12,19 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import explore
+from conformance.scenarios import catalogue, explore
 from conformance.adapter import CacheEnv
-from conformance.explore import (
-    ExplorationError,
-    NondeterminismError,
-    ReplayError,
-    Scenario,
-    expected_schedules,
-    format_schedule,
-    parse_schedule,
-    replay,
-)
-from conformance.loader import load_factory
+from conformance.scenarios.explore import ExplorationError, NondeterminismError, ReplayError, format_schedule, parse_schedule, replay
+from conformance.scenarios.catalogue import Scenario
+from conformance.scenarios.schedule_model import expected_schedules
+from conformance.plugin.loader import load_factory
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -172,7 +165,7 @@ def test_a_failing_schedule_is_named_with_its_replay(make_cache, tmp_path):
     assert error.schedule == "io,io,check" and error.explored == 0
     message = str(error)
     assert "S5: pool kv: loaded bytes differ" in message
-    assert "replay: explore.replay(make_cache, explore.SCENARIOS['tiny-best_effort'], 'io,io,check')" in message
+    assert "replay: explore.replay(make_cache, catalogue.SCENARIOS['tiny-best_effort'], 'io,io,check')" in message
     with pytest.raises(AssertionError, match="S5: pool kv"):
         replay(make_corrupting, kv_only("best_effort"), error.schedule, storage_dir=tmp_path / "s")
 
@@ -211,7 +204,7 @@ def test_bad_scenario_fields_are_rejected(fields, field):
 
 
 def test_catalogue_covers_every_policy_with_tick_and_abort():
-    scenarios = list(explore.SCENARIOS.values())
+    scenarios = list(catalogue.SCENARIOS.values())
     for policy in ("best_effort", "wait_complete", "timeout"):
         mine = [s for s in scenarios if s.policy == policy]
         assert any(s.aborts for s in mine) and any(not s.aborts and not s.ticks for s in mine)

@@ -1,4 +1,4 @@
-"""Failures into defect entries: a failure's causes (conformance/causes.py), event sites (sites.py), grouping (defects.py).
+"""Failures into defect entries: a failure's causes (conformance/report/causes.py), event sites (sites.py), grouping (defects.py).
 
 The messages below are the harness's own wording (a trace violation, a
 multi-rank launch, a thread that died); grouping is judged on report data
@@ -7,9 +7,9 @@ shaped as the recorder writes it.
 
 from __future__ import annotations
 
-from conformance import sites
-from conformance.causes import causes_in, event_of, labelled_lines, template
-from conformance.defects import group, origin_key
+from conformance.report import sites
+from conformance.report.causes import causes_in, event_of, labelled_lines, template
+from conformance.report.defects import group, origin_key
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import DecisionState

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.headline import headline
+from conformance.plugin.headline import headline
 
 SUITE = '''
-from conformance.lifecycle import close_and_check
+from conformance.oracles.lifecycle import close_and_check
 
 
 class UpstreamCache:

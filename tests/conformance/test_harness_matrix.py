@@ -3,7 +3,7 @@
 Two adapters wrap the built-in hiradix cache: "good" as is, "broken" with a
 load-back that returns zeros. The generated suite is run once in one process
 and once under `-n 2`; both must produce the same report, valid under
-conformance/report.schema.json. CUDA_VISIBLE_DEVICES is emptied for the runs,
+conformance/report/schema.json. CUDA_VISIBLE_DEVICES is emptied for the runs,
 so the GPU params skip on any machine and the cuda rows must read not-run.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance.report_render import LETTERS
+from conformance.report.terminal import LETTERS
 from spec.clauses import CATALOGUE
 
 ADAPTERS = '''
@@ -67,7 +67,7 @@ SUITE = '''
 import pytest
 import torch
 
-from conformance.scenarios import request_data, request_tokens, store
+from conformance.scenarios.workload import request_data, request_tokens, store
 
 
 @pytest.mark.clause("S5")
@@ -225,7 +225,7 @@ def test_matrix_marks_each_status(single):
 
 def test_report_is_valid_under_its_schema_and_says_what_was_tested(single, workdir):
     _, data, markdown = single
-    schema = json.loads((REPO / "conformance" / "report.schema.json").read_text())
+    schema = json.loads((REPO / "conformance" / "report" / "schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(data)]

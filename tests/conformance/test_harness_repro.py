@@ -17,11 +17,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance.explore import SCENARIOS, parse_schedule, replay
+from conformance.scenarios.catalogue import SCENARIOS
+
+from conformance.scenarios.explore import parse_schedule, replay
 from conformance.repro.cases import cases_for, why_none
 from conformance.repro.runtime import GONE, NOT_BUILT, REPRODUCED, main
 from conformance.repro.shrink import candidates, shrink, size
-from conformance.standalone import CacheFactory, load_adapter
+from conformance.repro.standalone import CacheFactory, load_adapter
 from spec.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +71,7 @@ def test_a_script_exits_1_when_its_clause_fails_0_when_it_passes_2_when_unbuilt(
 
 def test_an_entry_without_a_standalone_case_says_why():
     entry = {"clause": "C2", "also": [], "implementations": ["x"], "thread": None, "schedules": [],
-             "tests": [{"nodeid": "conformance/test_config.py::test_bad_numeric_field_is_rejected[x-page_size-0]", "impl": "x"}]}
+             "tests": [{"nodeid": "conformance/suite/test_config.py::test_bad_numeric_field_is_rejected[x-page_size-0]", "impl": "x"}]}
     data = {"implementations": [{"name": "x", "factory": "pkg:x", "source": "--cache-impl"}], "tests": [], "decision_table": {}}
     assert cases_for(entry, data) == {} and "test_bad_numeric_field_is_rejected" in why_none(entry)
 
@@ -85,7 +87,7 @@ def test_scripts_reproduce_a_variants_defect_alone_and_pass_on_its_base(tmp_path
         cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     data = json.loads(report.with_suffix(".json").read_text())
-    schema = json.loads((REPO / "conformance" / "report.schema.json").read_text())
+    schema = json.loads((REPO / "conformance" / "report" / "schema.json").read_text())
     assert not [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
     entries = {e["id"]: e for e in data["defects"]["entries"]}
     assert {"D3", "D5"} <= set(entries), sorted(entries)

@@ -78,7 +78,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "adapters_under_test.py").write_text(ADAPTER)
     (tmp_path / "test_suite.py").write_text(SUITE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["conformance.fixtures"]\n')  # as a project with its own tests does
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["conformance.plugin.fixtures"]\n')  # as a project with its own tests does
     return tmp_path
 
 
@@ -106,7 +106,7 @@ def test_piped_output_has_no_colour(subprocess_pytest, workdir):
 
 def test_exploration_keeps_the_progress_line_whole_and_counts_once(subprocess_pytest):
     """-q prints one progress line; the schedule counts come once, in the summary (not one line per test)."""
-    result = subprocess_pytest.run(REPO, "conformance/test_exploration.py", "-q", "-n", "0", "--cache-impl", "caches.adapters:hiradix",
+    result = subprocess_pytest.run(REPO, "conformance/suite/test_exploration.py", "-q", "-n", "0", "--cache-impl", "caches.adapters:hiradix",
                                 "-k", "2batches and not tick and not abort", fixtures=False)
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout + result.stderr

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from caches.adapters import hiradix
-from conformance import devices
+from conformance.plugin import devices
 from conformance.adapter import CacheEnv
-from conformance.capabilities import UnknownCapability, require
-from conformance.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
-from conformance.loader import check_adapter
-from conformance.scenarios import pool_data
-from conformance.failures import named_clauses
-from conformance.report import (OutcomeRecord, build_matrix, clause_status, devices_not_run, failing_here, item_properties,
+from conformance.plugin.capabilities import UnknownCapability, require
+from conformance.plugin.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
+from conformance.plugin.loader import check_adapter
+from conformance.scenarios.workload import pool_data
+from conformance.report.failures import named_clauses
+from conformance.report.matrix import (OutcomeRecord, build_matrix, clause_status, devices_not_run, failing_here, item_properties,
                                 read_properties, skip_groups)
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
@@ -106,7 +106,7 @@ def test_bad_toml_is_one_line(tmp_path):
 
 
 def test_without_a_toml_parser_comment_only_files_still_load(tmp_path, monkeypatch):
-    from conformance import expectations
+    from conformance.plugin import expectations
 
     monkeypatch.setattr(expectations, "_toml", None)  # Python 3.10 without tomli
     comments = tmp_path / "a.toml"
@@ -175,7 +175,7 @@ def test_collect_keeps_entries_of_adapters_under_test(tmp_path):
 
 
 def test_shipped_files_parse():
-    from conformance.expectations import BUILTIN_DIR
+    from conformance.plugin.expectations import BUILTIN_DIR
 
     files = sorted(BUILTIN_DIR.glob("*.toml"))
     assert files
@@ -314,8 +314,8 @@ def test_adapters_md_example_is_a_working_adapter(tmp_path, cache_factory):
 def test_matrix_recorder_sums_explored_interleavings_per_implementation():
     from _pytest.reports import TestReport
 
-    from conformance.recorder import MatrixRecorder
-    from conformance.report import INTERLEAVINGS_KEY, item_properties
+    from conformance.plugin.recorder import MatrixRecorder
+    from conformance.report.matrix import INTERLEAVINGS_KEY, item_properties
 
     recorder = MatrixRecorder(harness=None)
 
@@ -331,7 +331,7 @@ def test_matrix_recorder_sums_explored_interleavings_per_implementation():
 # --- adapters from a checkout (--sglang) ----------------------------------------------------------
 
 def test_checkout_adapters_come_from_the_entry_point_or_a_named_factory(monkeypatch):
-    from conformance import loader
+    from conformance.plugin import loader
 
     monkeypatch.setattr(loader, "entry_points", lambda group: [])
     with pytest.raises(ConfigError, match=r"'sglang' entry point in hicache_conformance.checkout_adapters \(reinstall hicache-conformance\), or name the factory with --sglang-shim"):
@@ -346,7 +346,7 @@ def test_checkout_adapters_come_from_the_entry_point_or_a_named_factory(monkeypa
 
 
 def test_pyproject_registers_the_sglang_shim():
-    from conformance.expectations import _toml
+    from conformance.plugin.expectations import _toml
 
     if _toml is None:
         pytest.skip("no TOML reader (Python < 3.11 without tomli)")

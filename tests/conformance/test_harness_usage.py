@@ -13,11 +13,11 @@ import pytest
 # it drops modules first imported during a run, and torch cannot be imported twice.
 import caches.adapters  # noqa: F401
 import caches.registry  # noqa: F401 (caches.adapters defers the caches, and torch, to first use)
-import conformance.fixtures  # noqa: F401
-import conformance.identity  # noqa: F401
+import conformance.plugin.fixtures  # noqa: F401
+import conformance.plugin.identity  # noqa: F401
 import conformance.live.plugin  # noqa: F401
-import conformance.recorder  # noqa: F401
-import conformance.report_html  # noqa: F401
+import conformance.plugin.recorder  # noqa: F401
+import conformance.report.html  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
@@ -117,7 +117,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def run_in_process(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     # In-process keeps these runs fast; the module snapshot pytester takes undoes the imports.
-    return pytester.runpytest_inprocess("-p", "conformance.plugin", "-p", "conformance.fixtures", "-p", "no:cacheprovider", "-p", "no:benchmark", *args)
+    return pytester.runpytest_inprocess("-p", "conformance.plugin", "-p", "conformance.plugin.fixtures", "-p", "no:cacheprovider", "-p", "no:benchmark", *args)
 
 
 def assert_one_line_usage_error(result: pytest.RunResult, *fragments: str) -> str:
@@ -174,7 +174,7 @@ def test_a_weak_test_needs_a_reason_and_cites_nothing(suite):
 
 
 def test_gpu_params_carry_the_gpu_marker(suite):
-    from conformance.devices import device_params, visible_gpu_count
+    from conformance.plugin.devices import device_params, visible_gpu_count
 
     result = run_in_process(suite, "--cache-impl", "adapters_under_test:good", "test_suite.py", "--co", "-q", "-m", "gpu")
     collected = [line for line in result.outlines if "::" in line]

@@ -2,7 +2,7 @@
 
 The report is built from records shaped like a --sglang-live run's (two
 classes of one tree, each on cpu and cuda, a dozen defect entries) and laid
-out by the browser itself (conformance/report_view.py). Skipped, saying so,
+out by the browser itself (conformance/report/view.py). Skipped, saying so,
 where no Chromium is installed.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.defects import defects_of
-from conformance.recorder import clause_texts
-from conformance.report import ConformanceReport, OutcomeRecord
-from conformance.report_html import render_html
-from conformance.report_view import NoBrowser, find_browser, first_screen, main, measure, screenshot
+from conformance.report.defects import defects_of
+from conformance.plugin.recorder import clause_texts
+from conformance.report.matrix import ConformanceReport, OutcomeRecord
+from conformance.report.html import render_html
+from conformance.report.view import NoBrowser, find_browser, first_screen, main, measure, screenshot
 from spec.clauses import CATALOGUE
 
 TREE = "/work/sglang@9e9fde147"
@@ -35,7 +35,7 @@ def live_shaped_report() -> dict:
     records = []
     for impl in IMPLS:
         for index, clause in enumerate(CATALOGUE):
-            record = OutcomeRecord(f"conformance/test_x.py::test_{clause.lower()}[{impl}-cpu]", impl, "cpu", [clause], outcome="pass")
+            record = OutcomeRecord(f"conformance/suite/test_x.py::test_{clause.lower()}[{impl}-cpu]", impl, "cpu", [clause], outcome="pass")
             if index % 3 == 0:  # every third clause fails, each its own entry
                 record.outcome = "fail"
                 record.failed_clauses = {clause: f"{clause}: what went wrong with {clause}, said in a sentence of some length"}

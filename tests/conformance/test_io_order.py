@@ -35,7 +35,7 @@ def test_a_cache_declaring_another_io_order_passes_the_suite(subprocess_pytest):
 
 
 def test_the_same_cache_declaring_nothing_fails_the_exploration(subprocess_pytest):
-    result = run_suite(subprocess_pytest, "undeclared", "conformance/test_exploration.py", "-k", "wait_complete/2batches and not tick and not abort")
+    result = run_suite(subprocess_pytest, "undeclared", "conformance/suite/test_exploration.py", "-k", "wait_complete/2batches and not tick and not abort")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
     assert "F1: after " in out and "an IO order other than the declared one, 'kv_then_extras'" in out, out[-4000:]

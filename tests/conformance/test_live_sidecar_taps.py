@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conformance.gates import Gate, InjectedFault
+from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live import collectives
 from conformance.live.hi_mamba import HiMambaSession
 from conformance.live.taps import Taps
-from conformance.races import io_start
+from conformance.scenarios.races import io_start
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE, DecisionState

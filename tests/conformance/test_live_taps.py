@@ -13,7 +13,7 @@ import threading
 import pytest
 import torch
 
-from conformance.gates import Gate, InjectedFault
+from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live.taps import Taps
 from spec.clock import ManualClock
 from spec.config import TerminationConfig

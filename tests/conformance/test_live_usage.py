@@ -20,7 +20,7 @@ USAGE_ERROR = 4
 def run_suite(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["CUDA_VISIBLE_DEVICES"] = ""
-    command = [sys.executable, "-m", "pytest", "conformance/test_smoke_roundtrip.py", "-q", "-p", "no:cacheprovider", *args]
+    command = [sys.executable, "-m", "pytest", "conformance/suite/test_smoke_roundtrip.py", "-q", "-p", "no:cacheprovider", *args]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 

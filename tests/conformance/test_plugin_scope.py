@@ -60,7 +60,7 @@ def test_a_session_without_the_suite_loads_nothing_and_prints_nothing(subprocess
 
 
 def test_their_impl_is_left_alone_while_the_suite_runs_beside_it(subprocess_pytest, their_project):
-    smoke = REPO / "conformance" / "test_smoke_roundtrip.py"
+    smoke = REPO / "conformance" / "suite" / "test_smoke_roundtrip.py"
     result = subprocess_pytest.run(their_project, "-v", "-rs", "test_theirs.py", str(smoke), "--cache-impl", "caches.adapters:hiradix",
                                 fixtures=False)
     out = result.stdout + result.stderr
@@ -98,7 +98,7 @@ def layout(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("arg, pyargs, reaches", [
     ("conformance", False, True),
-    ("conformance/test_config.py::test_unknown_policy_is_rejected[hiradix-bad0]", False, True),
+    ("conformance/suite/test_config.py::test_unknown_policy_is_rejected[hiradix-bad0]", False, True),
     (".", False, True),  # pytest in the checkout collects the package
     ("tests", False, False),
     ("conformance", True, True),  # --pyargs conformance
@@ -122,7 +122,7 @@ def test_a_package_inside_a_virtual_environment_is_not_collected_from_above(layo
 def test_the_entry_point_is_named_after_its_module():
     """`-p conformance.plugin` (this repository's addopts, the tests above) and the installed entry point must be one
     plugin name, or pytest refuses the second registration of the same module."""
-    from conformance.expectations import _toml
+    from conformance.plugin.expectations import _toml
 
     if _toml is None:
         pytest.skip("no TOML reader (Python < 3.11 without tomli)")
@@ -134,8 +134,8 @@ def test_the_entry_point_is_named_after_its_module():
 def test_what_the_xdist_controller_loads_imports_no_torch():
     """The controller loads the plugin, the suite's conftest and the adapters, but runs no test: torch stays out of it
     (every worker imports torch anyway; the controller doing it too delayed the workers' start)."""
-    code = ("import sys; import conformance.plugin, conformance.fixtures, conformance.harness, conformance.recorder; "
-            "from conformance.loader import load_adapters; names = [a.name for a, _ in load_adapters([])]; "
+    code = ("import sys; import conformance.plugin, conformance.plugin.fixtures, conformance.plugin.harness, conformance.plugin.recorder; "
+            "from conformance.plugin.loader import load_adapters; names = [a.name for a, _ in load_adapters([])]; "
             "print(names, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr

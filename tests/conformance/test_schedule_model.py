@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.explore import SCENARIOS, Scenario
-from conformance.schedule_model import (
+from conformance.scenarios.catalogue import SCENARIOS, Scenario
+from conformance.scenarios.schedule_model import (
     EXTRAS_WITH_EACH_BATCH,
     IO_ORDERS,
     KV_THEN_EXTRAS,
@@ -67,7 +67,7 @@ def test_an_undeclared_io_order_is_the_default_and_a_bad_one_is_one_line():
 
 def test_the_loader_rejects_a_bad_io_order_in_one_line():
     from caches.adapters import hiradix
-    from conformance.loader import check_adapter
+    from conformance.plugin.loader import check_adapter
 
     class BadOrder:
         def __init__(self) -> None:

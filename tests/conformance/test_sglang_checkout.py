@@ -105,7 +105,7 @@ def test_the_report_lists_the_disagreeing_rows(runs):
 
 def usage(*args: str) -> subprocess.CompletedProcess:
     # One small test file is enough: the options are read, and the adapters built, before collection.
-    return subprocess.run(command(*args, "--co", quiet=False, tests="conformance/test_smoke_roundtrip.py"), cwd=REPO, env=env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    return subprocess.run(command(*args, "--co", quiet=False, tests="conformance/suite/test_smoke_roundtrip.py"), cwd=REPO, env=env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:

@@ -54,7 +54,7 @@ def quiet():
 SUITE = '''
 import pytest
 
-from conformance.scenarios import request_data, request_tokens, store
+from conformance.scenarios.workload import request_data, request_tokens, store
 
 
 @pytest.mark.clause("S5")

@@ -1,4 +1,4 @@
-"""Bounded waits that run out name the clause whose rule broke (conformance/failures.py reads the label).
+"""Bounded waits that run out name the clause whose rule broke (conformance/report/failures.py reads the label).
 
 A prefetch that never finishes is L4 while one of its transfers never ended
 and L1 once all its IO had; a multi-rank hang is L3 only where the ranks
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.explore import WatchedTrace
-from conformance.failures import named_clauses
-from conformance.gates import GateTimeout
+from conformance.scenarios.gates import WatchedTrace
+from conformance.report.failures import named_clauses
+from conformance.scenarios.gates import GateTimeout
 from conformance.multirank.launch import first_divergence
-from conformance.races import pool_files
-from conformance.scenarios import drive
+from conformance.scenarios.races import pool_files
+from conformance.scenarios.workload import drive
 from spec.clock import ManualClock
 from spec.trace import HOST, LOAD, EventKind, TraceRecorder
 

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow  # builds distributions and a virtual environment
 
 DATA_FILES = [
     "spec/SPEC.md", "spec/py.typed", "caches/py.typed", "lint/py.typed", "lint/README.md",
-    "conformance/py.typed", "conformance/ADAPTERS.md", "conformance/report.schema.json", "conformance/conftest.py",
-    "conformance/expected_failures/hiradix.toml", "conformance/expected_failures/unified_radix.toml",
-    "conformance/expected_failures/hi_mamba_radix.toml",
+    "conformance/py.typed", "conformance/ADAPTERS.md", "conformance/report/schema.json", "conformance/suite/conftest.py",
+    "conformance/plugin/expected_failures/hiradix.toml", "conformance/plugin/expected_failures/unified_radix.toml",
+    "conformance/plugin/expected_failures/hi_mamba_radix.toml",
 ]
 
 
@@ -41,7 +41,7 @@ def test_sdist_carries_the_tests(dists):
     with tarfile.open(dists["sdist"]) as tar:
         names = tar.getnames()
     root = names[0].split("/")[0]
-    for path in ("tests/spec/test_decision.py", "tests/lint/samples", "LICENSE", "conformance/expected_failures/hiradix.toml"):
+    for path in ("tests/spec/test_decision.py", "tests/lint/samples", "LICENSE", "conformance/plugin/expected_failures/hiradix.toml"):
         assert any(n == f"{root}/{path}" or n.startswith(f"{root}/{path}/") for n in names), f"the sdist lacks {path}"
 
 

@@ -109,7 +109,7 @@ def test_the_installed_suite_runs_a_third_party_adapter_and_reports_it(suite_env
     suite = data["suite"]
     site = Path(suite["path"])
     assert site.is_relative_to(suite_env) and site.name == "conformance", suite  # the wheel's copy, not this checkout
-    schema = json.loads((site / "report.schema.json").read_text())  # the schema ships with the package
+    schema = json.loads((site / "report" / "schema.json").read_text())  # the schema ships with the package
     errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
     assert not errors, errors
     assert suite["version"] == VERSION and suite["commit"] is None  # a wheel carries no git history

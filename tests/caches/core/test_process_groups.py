@@ -1,6 +1,6 @@
 """Several vote groups: the rank partitions a cache accepts, and one clear line for anything else.
 
-Real groups (four gloo ranks as 2x2) run in conformance/test_multirank.py.
+Real groups (four gloo ranks as 2x2) run in conformance/suite/test_multirank.py.
 """
 
 from __future__ import annotations

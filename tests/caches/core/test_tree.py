@@ -16,7 +16,7 @@ from caches.core.tree import (
     TreeNode,
     TreeUsageError,
 )
-from conformance import devices
+from conformance.plugin import devices
 
 PS = 2
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from caches.storage import FileStorage, MemoryStorage
-from conformance.scenarios import random_rows
+from conformance.scenarios.workload import random_rows
 
 
 def page_hash(label: str) -> str:

@@ -1,0 +1,1 @@
+"""The conformance suite itself: the tests every implementation runs (`pytest conformance/`)."""

@@ -1,0 +1,229 @@
+"""The fence beyond the windows: terminate stops IO, every path returns every slot,
+trailing states, and no free under a pending copy (F1, F4, F5, F7, F8, F9).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.scenarios.races import all_pages_extra_pools, close_and_check_trace, io_start, op_events, pool_files, remove_files, served, stored_request
+
+from conformance.oracles.outcome import trailing_pools
+from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.scenarios.workload import drive, pass_deadline, request_data, request_tokens, store
+from spec.config import TerminationConfig
+from spec.trace import HOST, LOAD, WRITE_BACK_COPY, EventKind
+
+PS = 4
+PAGES = 4
+BATCH = 2
+
+
+def make(make_cache, policy: str, **env):
+    config = TerminationConfig(policy=policy, page_size=PS)
+    return make_cache(termination=config, batch_pages=BATCH, **env), config
+
+
+def no_hit_reported(done: dict, request_id: str) -> bool:
+    return done.get(request_id, 0) == 0
+
+
+def held_transfer(cache, where: str):
+    if where == "kv":
+        return "first KV batch", io_start("kv")
+    extras = all_pages_extra_pools(cache) + trailing_pools(cache)
+    assert extras, "test setup: an adapter with default extra pools runs without one"
+    return f"{extras[0]} get", io_start(extras[0])
+
+
+# --- F1: terminate stops IO ------------------------------------------------------------
+
+@pytest.mark.io_order("kv_then_extras", "holds a KV batch and expects it alone in flight")
+@pytest.mark.clause("F1", "F5", "S2", "S3")
+@pytest.mark.parametrize("policy", ["best_effort", "timeout"])
+def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clock, policy, profile):
+    cache, config = make(make_cache, policy)
+    tokens, _ = stored_request(cache, seed=31, pages=PAGES, page_size=PS)
+    held = gate.hold("first KV batch", io_start("kv"))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    held.wait_reached()
+    if policy == "timeout":
+        pass_deadline(cache, clock, config, PAGES, ["r1"], profile)
+    done = cache.check_progress(["r1"])
+    assert "r1" in done, f"{'L2' if policy == 'timeout' else profile.counterpart('D1')}: the check did not terminate the prefetch"
+    assert done == {"r1": 0}, f"F3: terminated with its only started batch in flight, the prefetch commits nothing (it committed {done['r1']} tokens)"
+    held.release()
+    close_and_check_trace(cache, trace, config, host_slots_left=0)
+    loads = [e for e in op_events(trace, "r1", EventKind.IO_START) if e.value == LOAD]
+    assert len(loads) == 1, f"F1: {len(loads) - 1} transfers of r1 started after it was terminated: {[e.describe() for e in loads[1:]]}"
+
+
+# --- F8 / F5: abort with IO held ----------------------------------------------------------
+
+@pytest.mark.clause("F8", "F5", "F1", "S2", "S3")
+@pytest.mark.parametrize("where", ["kv", pytest.param("extra", marks=pytest.mark.needs("extra_pools"))])
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+def test_abort_with_io_held_returns_every_slot(impl, make_cache, trace, gate, policy, where):
+    cache, config = make(make_cache, policy)
+    tokens, _ = stored_request(cache, seed=32, pages=PAGES, page_size=PS)
+    description, predicate = held_transfer(cache, where)
+    held = gate.hold(description, predicate)
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    held.wait_reached()
+    cache.abort("r1")
+    assert no_hit_reported(cache.check_progress(["r1"]), "r1"), "F8: an aborted prefetch reported a hit"
+    assert cache.match(tokens) == (0, 0), "F8: an aborted prefetch left data in the tree"
+    held.release()
+    close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
+@pytest.mark.clause("F8", "F5", "S1", "S3", "S5")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+def test_prefetch_again_after_abort_serves_the_stored_bytes(impl, make_cache, trace, gate, policy):
+    """The aborted operation's late IO must not touch the slots of the next prefetch of the same tokens."""
+    cache, config = make(make_cache, policy)
+    tokens, data = stored_request(cache, seed=33, pages=PAGES, page_size=PS)
+    held = gate.hold("first KV batch of the aborted prefetch", io_start("kv", op="r1"))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    held.wait_reached()
+    cache.abort("r1")
+    # A new id: the trace names operations by request id, unique per prefetch.
+    assert cache.prefetch("r2", tokens) == len(tokens), "F8: after the abort its tokens must be prefetchable again"
+    held.release()
+    cache.wait_prefetch_io("r2")
+    done = drive(cache, ["r2"], trace=trace)
+    assert done == {"r2": len(tokens)}, f"L1: the new prefetch found every page and must commit all of it (got {done})"
+    served(cache, tokens, data, len(tokens))
+    close_and_check_trace(cache, trace, config)
+
+
+# --- F8: no phantom hits ----------------------------------------------------------------
+
+@pytest.mark.clause("F8", "X4")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+def test_no_hit_for_a_prefetch_that_was_never_queued(impl, make_cache, trace, policy):
+    cache, config = make(make_cache, policy)
+    tokens, _ = stored_request(cache, seed=34, pages=PAGES, page_size=PS)
+    assert no_hit_reported(cache.check_progress(["never-started"]), "never-started"), "F8: a request with no prefetch reported a hit"
+    short = tokens[: PS - 1]  # less than a page: nothing to prefetch
+    assert cache.prefetch("short", short) == 0, "a prefetch shorter than one page must not be queued"
+    assert no_hit_reported(cache.check_progress(["short"]), "short"), "F8: a prefetch that was never queued reported a hit"
+    assert cache.match(tokens) == (0, 0), "F8: nothing was committed, yet the tree serves tokens"
+    close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
+# --- F7: a short hit in a side pool revokes ------------------------------------------------
+
+@pytest.mark.clause("F7", "F3", "F11", "S2", "S3")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+@pytest.mark.needs("pool:indexer", "default_pool:indexer")
+def test_short_side_pool_hit_revokes(impl, make_cache, trace, tmp_path, policy):
+    storage = tmp_path / "f7-storage"
+    cache, config = make(make_cache, policy, storage_dir=storage, threshold_pages=2)
+    tokens = request_tokens(35, PAGES * PS)
+    data = request_data(cache, tokens, 35)
+    # Page 1 alone first, so the later pages' indexer files are told apart.
+    store(cache, tokens[:PS], {k: (v if cache.pools[k].unit == "state" else v[:PS]) for k, v in data.items()})
+    head = pool_files(storage, "indexer", trace)
+    store(cache, tokens, data)
+    remove_files(pool_files(storage, "indexer", trace) - head)  # KV hits 4 pages, the indexer 1 (< 2)
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    cache.wait_prefetch_io("r1")
+    assert op_events(trace, "r1", EventKind.REVOKE), "F7: a 1-page hit in an ALL_PAGES pool under a 2-page threshold must revoke"
+    assert cache.check_progress(["r1"]) == {"r1": 0}, "F7: a revoked prefetch must end at the first check, committing nothing"
+    loads = [e for e in op_events(trace, "r1", EventKind.IO_START) if e.value == LOAD]
+    assert not loads, f"F7: a prefetch revoked by its hit query started {len(loads)} transfers"
+    assert cache.match(tokens) == (0, 0), "F8: a revoked prefetch left data in the tree"
+    close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
+# --- F4: a trailing state missing in storage is dropped ----------------------------------------
+
+@pytest.mark.clause("F4", "F3", "F11", "S3", "S5")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
+@pytest.mark.needs("pool:mamba", "default_pool:mamba")
+def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, gate, tmp_path, policy):
+    storage = tmp_path / "f4-storage"
+    cache, config = make(make_cache, policy, storage_dir=storage)
+    tokens, data = stored_request(cache, seed=36, pages=PAGES, page_size=PS)
+    held = gate.hold("first KV batch", io_start("kv"))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    held.wait_reached()
+    assert remove_files(pool_files(storage, "mamba", trace)), "test setup: no mamba state was stored"
+    held.release()
+    cache.wait_prefetch_io("r1")
+    done = drive(cache, ["r1"], trace=trace)
+    assert done == {"r1": len(tokens)}, f"F4: KV and every ALL_PAGES pool loaded, so all {len(tokens)} tokens commit without the state (got {done})"
+    inserted = [e for e in op_events(trace, "r1", EventKind.INSERT) if e.pool == "mamba"]
+    assert not inserted, "F4: a state whose load missed was attached"
+    loaded = cache.load_back(tokens)
+    assert "mamba" not in loaded.data, "F4: load-back served a mamba state that was never loaded for this length"
+    assert_loaded_bytes(cache, loaded, data, len(tokens))
+    close_and_check_trace(cache, trace, config)
+
+
+# --- F9: no free under a pending copy ------------------------------------------------------------
+
+def require_held_copies(impl, device: str) -> None:
+    if device != "cpu":
+        pytest.skip(f"copies are held on the CPU copy stream; on {device} the copy stream cannot be paused by a gate")
+
+
+def write_back_copy(e) -> bool:
+    return e.kind is EventKind.IO_START and e.value == WRITE_BACK_COPY and e.space == HOST
+
+
+@pytest.mark.clause("F9", "S3", "S5")
+@pytest.mark.needs("held_copies")
+def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace, gate, device):
+    """A duplicate prefix inserted while the first copy's backup is held: de-duplication frees only idle slots."""
+    require_held_copies(impl, device)
+    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    # Device room for exactly two requests: a wrongly freed slot is handed straight to the next one.
+    cache = make_cache(termination=config, batch_pages=BATCH, device_pages=2 * PAGES)
+    tokens_a = request_tokens(37, PAGES * PS)
+    tokens_b = request_tokens(38, PAGES * PS)
+    data_a, data_b = request_data(cache, tokens_a, 37), request_data(cache, tokens_b, 38)
+    held = gate.hold("backup copy of A", write_back_copy)
+    cache.write(tokens_a, data_a)
+    held.wait_reached()
+    cache.write(tokens_a, data_a)  # the same prefix again: its new slots are duplicates
+    cache.write(tokens_b, data_b)
+    held.release()
+    cache.flush()
+    cache.evict_all()
+    for request_id, tokens, data in (("a", tokens_a, data_a), ("b", tokens_b, data_b)):
+        assert cache.prefetch(request_id, tokens) == len(tokens)
+        cache.wait_prefetch_io(request_id)
+        assert drive(cache, [request_id], trace=trace) == {request_id: len(tokens)}
+        served(cache, tokens, data, len(tokens))
+    close_and_check_trace(cache, trace, config)
+
+
+@pytest.mark.clause("F9", "S1", "S3", "S5")
+@pytest.mark.needs("held_copies")
+def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache, trace, gate, device):
+    """The tree gains the same prefix (its host copy still pending) while the prefetch loads: the commit's de-duplication waits for the copy."""
+    require_held_copies(impl, device)
+    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    cache = make_cache(termination=config, batch_pages=BATCH)
+    tokens, data = stored_request(cache, seed=39, pages=PAGES, page_size=PS)
+    loading = gate.hold("first KV batch", io_start("kv"))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    loading.wait_reached()
+    copying = gate.hold("backup copy of the same prefix", write_back_copy)
+    cache.write(tokens, data)
+    copying.wait_reached()
+    loading.release()
+    cache.wait_prefetch_io("r1")
+    done = drive(cache, ["r1"], trace=trace)
+    assert "r1" in done, "L1: the prefetch ended its IO and must finish"
+    copying.release()
+    cache.flush()
+    served(cache, tokens, data, len(tokens))
+    cache.evict_all()
+    assert cache.prefetch("r2", tokens) == len(tokens)
+    cache.wait_prefetch_io("r2")
+    assert drive(cache, ["r2"], trace=trace) == {"r2": len(tokens)}
+    served(cache, tokens, data, len(tokens))
+    close_and_check_trace(cache, trace, config)

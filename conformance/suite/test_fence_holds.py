@@ -1,0 +1,172 @@
+"""Where the fence's races live: an IO held at its end, the scheduler held inside terminate, a window half loaded.
+
+These use the hold points an implementation may offer (capability
+"hold_points", spec/SPEC.md "Trace contract"): io_landed (the storage call
+returned, the IO's end and the progress it publishes not yet done), io_end
+(gated after the end, before the IO thread's next step) and terminate
+(gated after the mark and the snapshot, before the commit). Each reaches a
+state in which one lock, one order or one re-check decides what is
+committed, and names the clause that decides it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.bounds import WAIT_S
+from conformance.scenarios.gates import WatchedTrace
+from conformance.scenarios.races import (
+    Background,
+    close_and_check_trace,
+    fence_tokens,
+    op_events,
+    pool_files,
+    remove_files,
+    require_pool,
+    served,
+    stored_request,
+)
+from conformance.scenarios.workload import drive
+from spec.config import TerminationConfig
+from spec.trace import LOAD, Event, EventKind
+
+PS = 4
+PAGES = 4
+BATCH = 2
+
+
+@pytest.fixture
+def trace(clock, profile) -> WatchedTrace:
+    """The harness's recorder, waking waiters on every event (an IO's end is awaited, never polled)."""
+    return WatchedTrace(clock, profile=profile.id)
+
+
+def make(make_cache, policy: str = "best_effort", **env):
+    config = TerminationConfig(policy=policy, page_size=PS)
+    return make_cache(termination=config, batch_pages=BATCH, **env), config
+
+
+def nth_of(trace, kind: EventKind, pool: str, nth: int):
+    """The nth `kind` event of r1's loads into `pool` (counted in the trace: no state of its own)."""
+    loads = lambda e: e.op == "r1" and e.pool == pool and e.kind is kind  # noqa: E731
+
+    def predicate(e: Event) -> bool:
+        return loads(e) and sum(1 for x in trace.events() if x.seq <= e.seq and loads(x)) == nth
+
+    return predicate
+
+
+def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed: int):
+    """A stored request prefetched until its IO is parked at `held_at`, then one best_effort check: (tokens, data, hold, done)."""
+    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=PS)
+    hold = gate.hold(description, held_at)
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    hold.wait_reached()
+    done = cache.check_progress(["r1"])
+    assert "r1" in done, "D1: best_effort must stop waiting at the first check"
+    return tokens, data, hold, done
+
+
+def starts_after_terminate(trace) -> list[Event]:
+    terminates = op_events(trace, "r1", EventKind.TERMINATE)
+    if not terminates:
+        return []
+    return [e for e in op_events(trace, "r1", EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
+
+
+@pytest.mark.needs("hold_points")
+@pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
+@pytest.mark.clause("F3", "F11", "F5", "S1", "S3")
+def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, trace, gate):
+    """Terminate while the second KV batch's storage call has returned but its end has not published it."""
+    cache, config = make(make_cache)
+    tokens, data, landed, done = terminated_while_held(cache, trace, gate, "second KV batch landed",
+                                                       nth_of(trace, EventKind.IO_LANDED, "kv", 2), seed=71)
+    committed, allowed = done["r1"], fence_tokens(trace.events(), "r1", cache.pools, PS)
+    assert committed <= allowed, (
+        f"F3: committed {committed} tokens while the second batch's bytes had landed but its end had not published them "
+        f"(the fence allows {allowed}: what had ended when it was terminated)")
+    landed.release()
+    trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
+    cache.check_progress([])  # the step at which slots of ended operations may be freed
+    served(cache, tokens, data, committed)
+    close_and_check_trace(cache, trace, config)
+
+
+@pytest.mark.needs("hold_points")
+@pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
+@pytest.mark.clause("F2", "F3", "F11", "F5", "S1")
+def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_cache, trace, gate):
+    """The scheduler is held right after terminate while the second batch ends: the commit must be what the snapshot held.
+
+    An implementation that reads progress again after the mark (outside its
+    lock, or from the live operation) commits the batch that ended meanwhile.
+    """
+    cache, config = make(make_cache)
+    tokens, data = stored_request(cache, seed=72, pages=PAGES, page_size=PS)
+    landed = gate.hold("second KV batch landed", nth_of(trace, EventKind.IO_LANDED, "kv", 2))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    landed.wait_reached()
+    at_terminate = gate.hold("scheduler after terminating r1", lambda e: e.kind is EventKind.TERMINATE and e.op == "r1")
+    checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
+    with checker.parked_at(gate):
+        at_terminate.wait_reached()
+        ended = gate.hold("second KV batch ended", nth_of(trace, EventKind.IO_END, "kv", 2))
+        landed.release()  # the batch ends now, after the mark: nothing of it may count
+        ended.wait_reached()
+        ended.release()
+    allowed = fence_tokens(trace.events(), "r1", cache.pools, PS)
+    at_terminate.release()
+    done = checker.result()
+    assert done.get("r1") == allowed, (
+        f"F2: the commit of r1 is {done.get('r1')} tokens; what had ended at the terminate mark allows {allowed}: "
+        f"progress was read again after the mark (a batch ended while the scheduler was between the mark and the commit)")
+    served(cache, tokens, data, done["r1"])
+    close_and_check_trace(cache, trace, config)
+
+
+@pytest.mark.needs("hold_points")
+@pytest.mark.io_order("kv_then_extras", "holds the first KV batch's end, before the second batch could start")
+@pytest.mark.clause("F1", "S2", "F5")
+def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate):
+    """The IO thread is held right after the first batch ended; the scheduler terminates; the second batch must not start."""
+    cache, config = make(make_cache)
+    tokens, data, ended, done = terminated_while_held(cache, trace, gate, "first KV batch ended",
+                                                      nth_of(trace, EventKind.IO_END, "kv", 1), seed=73)
+    ended.release()
+    trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
+    cache.check_progress([])
+    late = starts_after_terminate(trace)
+    assert not late, f"F1: {len(late)} transfer(s) of r1 started after it was terminated: {[e.describe() for e in late]}"
+    served(cache, tokens, data, done["r1"])
+    close_and_check_trace(cache, trace, config)
+
+
+@pytest.mark.needs("hold_points", "pool:swa")
+@pytest.mark.io_order("kv_then_extras", "damages the window's pages while the first KV batch is held")
+@pytest.mark.clause("F10", "S5")
+@pytest.mark.parametrize("policy", ["wait_complete", "best_effort"])
+def test_a_window_of_which_one_page_arrived_is_not_attached(impl, make_cache, trace, gate, tmp_path, policy):
+    """One of the window's pages vanishes from storage after the existence check: the window arrives in part only."""
+    storage = tmp_path / "window-storage"
+    cache, config = make(make_cache, policy, storage_dir=storage, extra_pools=("swa",))
+    require_pool(cache, impl, "swa")
+    tokens, data = stored_request(cache, seed=74, pages=PAGES, page_size=PS)
+    window_files = sorted(pool_files(storage, "swa", trace))
+    assert len(window_files) >= 2, f"test setup: expected the window's pages in storage, found {len(window_files)}"
+    first_kv = gate.hold("first KV batch (after the existence check)", nth_of(trace, EventKind.IO_START, "kv", 1))
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    first_kv.wait_reached()
+    remove_files(window_files[-1:])  # the last page: the window before the match end now arrives short
+    first_kv.release()
+    cache.wait_prefetch_io("r1")
+    committed = drive(cache, ["r1"], trace=trace)["r1"]
+    inserted = [e for e in op_events(trace, "r1", EventKind.INSERT) if e.pool == "swa"]
+    assert not inserted, f"F10: a window of which only some pages arrived was attached ({[e.describe() for e in inserted]})"
+    loaded = cache.load_back(tokens)
+    window = cache.pools["swa"].window_tokens
+    if loaded.tokens and "swa" in loaded.data:
+        assert loaded.tokens <= committed and loaded.data["swa"].shape[0] == min(window, loaded.tokens), (
+            f"F10: a {loaded.tokens}-token match served {loaded.data['swa'].shape[0]} window rows")
+    served(cache, tokens, data, committed)
+    close_and_check_trace(cache, trace, config)

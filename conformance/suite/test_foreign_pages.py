@@ -1,0 +1,46 @@
+"""Pages of another configuration: two caches whose KV format differs in one respect share one storage directory.
+
+The production failure class itself: a server reads pages another server
+stored for the same tokens in another format (a KV cache dtype, a head
+layout, a page size) and serves them as its own. The reader never stored
+anything, so any token it serves from those pages is foreign (S6): a
+correct reader finds a miss, whatever the writer left in storage.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.scenarios.workload import drive, request_data, request_tokens, store
+from spec.config import TerminationConfig
+
+PS = 4
+PAGES = 4
+
+
+def _reader_env(differs: str) -> dict:
+    if differs == "page_size":
+        return {"termination": TerminationConfig(policy="wait_complete", page_size=2 * PS)}
+    return {"termination": TerminationConfig(policy="wait_complete", page_size=PS), "kv_format": differs}
+
+
+@pytest.mark.precondition("shared_storage_across_configs")
+@pytest.mark.clause("S6")
+@pytest.mark.parametrize("differs", [pytest.param("dtype", marks=pytest.mark.needs("kv_formats")),
+                                     pytest.param("layout", marks=pytest.mark.needs("kv_formats")), "page_size"])
+def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_path, differs):
+    shared = tmp_path / "shared-storage"
+    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=PS), storage_dir=shared)
+    tokens = request_tokens(61, PAGES * PS)
+    store(writer, tokens, request_data(writer, tokens, 61))
+    writer.close()  # the writing server is gone; its pages stay in storage
+    reader = make_cache(storage_dir=shared, **_reader_env(differs))
+    formats = {name: (pool.dtype, pool.elem_shape) for name, pool in reader.pools.items()}
+    served = 0
+    if reader.prefetch("r1", tokens):
+        reader.wait_prefetch_io("r1")
+        drive(reader, ["r1"], max_steps=3, trace=trace)
+        served = reader.load_back(tokens).tokens
+    assert served == 0, (
+        f"S6: a cache whose KV pages differ from the writer's only in {differs} ({formats}) served {served} tokens from the "
+        f"writer's pages in the shared storage: another configuration's bytes, read as its own")

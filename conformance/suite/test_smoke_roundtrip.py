@@ -1,0 +1,31 @@
+import pytest
+import torch
+
+from conformance.oracles.outcome import assert_loaded_bytes
+from spec import check
+
+
+@pytest.mark.clause("S5")
+def test_roundtrip_through_storage(make_cache, trace):
+    cache = make_cache(policy="wait_complete")
+    tokens = list(range(1, 17))
+    g = torch.Generator().manual_seed(0)
+    data = {}
+    for name, pool in cache.pools.items():
+        rows = 1 if pool.unit == "state" else len(tokens)
+        data[name] = torch.randn(rows, *pool.elem_shape, generator=g).to(pool.dtype)
+    cache.write(tokens, data)
+    cache.flush()
+    cache.evict_all()
+    matched = cache.match(tokens)
+    assert matched == (0, 0), f"F8: evict_all() left {matched} tokens matched in the device and host tiers"
+    requested = cache.prefetch("r1", tokens)
+    assert requested == 16, f"F8: a prefetch of 16 stored tokens requested {requested}"
+    cache.wait_prefetch_io("r1")
+    done = cache.check_progress(["r1"])
+    assert done == {"r1": 16}, f"L1: the first check after the IO ended must commit all 16 tokens, got {done}"
+    loaded = cache.load_back(tokens)
+    assert loaded.tokens == 16, f"F8: 16 tokens committed but a match now loads {loaded.tokens}"
+    assert_loaded_bytes(cache, loaded, data, len(tokens))  # every pool; a window pool: the window before the end
+    violations = check(trace.trace(), None)
+    assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])
