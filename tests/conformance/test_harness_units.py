@@ -296,7 +296,7 @@ def test_require_skips_naming_adapter_and_capability():
 
 def test_adapters_md_example_is_a_working_adapter(tmp_path, cache_factory):
     text = ADAPTERS_MD.read_text()
-    start = text.index("```python\n# my_package/conformance_adapter.py") + len("```python\n")
+    start = text.index("```python\n# minimal_cache.py") + len("```python\n")
     source = text[start:text.index("```", start)]
     namespace: dict = {}
     exec(compile(source, str(ADAPTERS_MD), "exec"), namespace)
