@@ -5,7 +5,7 @@ and its module docstring names the clauses that must catch it. Run one with
 
     python -m pytest conformance --cache-impl caches.variants:guard_missing
 
-tests/conformance/test_teeth.py checks that every variant fails the suite
+tests/harness/test_teeth.py checks that every variant fails the suite
 naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """

@@ -60,7 +60,7 @@ def test_a_wrong_vote_in_the_trace_causes_the_wait_that_did_not_end():
     trace.record(EventKind.VOTE, op="r1", step=1, value=False, state=state)  # the spec votes yes: timed out
     (cause,) = causes_in("L2: every rank was past the deadline, yet the check did not terminate the prefetch", [(trace, config, None)])
     assert cause.clause == "D5" and cause.signature == "D5 vote: voted False where the spec votes True"
-    assert cause.excerpt[-1].startswith(">> #2 vote") and "test_harness_defects.py" in cause.sites[0]
+    assert cause.excerpt[-1].startswith(">> #2 vote") and "test_defects.py" in cause.sites[0]
 
 
 def test_templates_drop_what_differs_between_runs():
@@ -75,7 +75,7 @@ def test_an_event_site_is_the_first_frame_outside_the_harness():
     assert sites.attach(trace) is trace  # attaching twice changes nothing
     event = trace.record(EventKind.STEP, step=1)
     site = sites.sites(trace)[event.seq]
-    assert site.startswith("tests/conformance/test_harness_defects.py:") and "(test_an_event_site_is_the_first_frame_outside_the_harness)" in site
+    assert site.startswith("tests/harness/test_defects.py:") and "(test_an_event_site_is_the_first_frame_outside_the_harness)" in site
     assert sites.sites(TraceRecorder()) == {}
 
 

@@ -9,7 +9,7 @@ starts nothing more, and the fence commits only pages every pool holds.
 `factory` declares the order (io_order = "extras_with_each_batch", see
 conformance/ADAPTERS.md), so the harness's expectations follow it;
 `undeclared` is the same cache declaring nothing (the default order), which
-the exploration must catch. Loaded by tests/conformance/test_io_order.py
+the exploration must catch. Loaded by tests/harness/test_io_order.py
 through --cache-impl, as a third party's adapter would be.
 """
 

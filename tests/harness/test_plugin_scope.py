@@ -104,7 +104,7 @@ def layout(tmp_path: Path) -> tuple[Path, Path]:
     ("conformance", True, True),  # --pyargs conformance
     ("conformance.test_config", True, True),
     ("conformance_extra", True, False),
-    ("tests/conformance", False, False),
+    ("tests/harness", False, False),
 ])
 def test_which_arguments_run_the_suite(layout, arg, pyargs, reaches):
     package, _ = layout
