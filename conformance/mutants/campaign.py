@@ -25,7 +25,7 @@ from spec.errors import ConfigError
 
 # Without --timeout: a mutant's run may take this many times the unmutated run, plus a margin for start-up.
 TIMEOUT_FACTOR, TIMEOUT_MARGIN_S, TIMEOUT_FLOOR_S = 3.0, 30.0, 60.0
-_GLOB = set("*?[")
+BASELINE_LIMIT_S = 3600.0  # the unmutated run, without --timeout: every wait in the suite is bounded, this bounds the rest
 
 
 class BaselineError(RuntimeError):
@@ -113,7 +113,7 @@ def run_campaign(plans: Sequence[ImplPlan], *, jobs: str, keyword: str | None, t
             raise ConfigError("TMPDIR", str(root), f"a temporary folder whose path has no {os.pathsep!r} (a run puts a folder in it on PYTHONPATH)")
         for number, plan in enumerate(plans):
             folder = root / f"impl{number}"  # no ':' or other path separators: the run puts it on PYTHONPATH
-            baseline = run_suite(SuiteOptions(plan.spec, jobs, keyword, timeout_s), folder / "baseline")
+            baseline = run_suite(SuiteOptions(plan.spec, jobs, keyword, timeout_s or BASELINE_LIMIT_S), folder / "baseline")
             if baseline.status != SURVIVED:
                 raise BaselineError(f"the suite fails on the unmutated {plan.adapter} ({plan.spec}): "
                                     f"{baseline.status}, {baseline.test or ''} {baseline.message or ''}".rstrip())

@@ -50,8 +50,8 @@ def _checked(args: argparse.Namespace) -> dict[str, str]:
         raise ConfigError("--timeout", args.timeout, "seconds > 0")
     if args.jobs != "auto" and not (args.jobs.isdigit()):
         raise ConfigError("--jobs", args.jobs, "a whole number >= 0 or 'auto'")
-    if args.report is not None and Path(args.report).is_dir():
-        raise ConfigError("--report", args.report, "a file path to write JSON to (this is a folder)")
+    if args.report is not None:
+        _writable(Path(args.report))
     claimed: dict[str, str] = {}
     for entry in args.equivalent:
         mutant_id, sep, reason = entry.partition("=")
@@ -59,6 +59,18 @@ def _checked(args: argparse.Namespace) -> dict[str, str]:
             raise ConfigError("--equivalent", entry, "ID=REASON: a mutant id, '=', and why no test can tell it from the original")
         claimed[mutant_id.strip()] = reason.strip()
     return claimed
+
+
+def _writable(path: Path) -> None:
+    """Fail before the campaign, not after hours of it, when the report cannot be written."""
+    if path.is_dir():
+        raise ConfigError("--report", str(path), "a file path to write JSON to (this is a folder)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError("--report", str(path), f"a file path that can be written ({exc.strerror})") from None
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -114,7 +126,6 @@ def _run(plans, args: argparse.Namespace, claimed: dict[str, str], out: TextIO, 
     print(f"wall time: {wall_s:.0f} s", file=out)
     if args.report:
         path = Path(args.report)
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report_json(runs, command=[PROG, *argv], started=began, wall_s=wall_s), indent=2) + "\n", encoding="utf-8")
         print(f"report written: {path}", file=out)
     total = figures([r for run in runs for r in run.results])

@@ -68,6 +68,14 @@ def test_bad_input_is_one_line(capsys, args, says):
     assert captured.err.count("\n") == 1 and says in captured.err, captured.err
 
 
+def test_a_report_that_cannot_be_written_is_one_line_before_anything_runs(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("", encoding="utf-8")
+    assert main(["--cache-impl", HIRADIX, "--report", str(blocker / "report.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid --report" in err
+
+
 def test_an_unknown_option_is_one_line(capsys):
     with pytest.raises(SystemExit) as caught:
         main(["--cache-impl", HIRADIX, "--no-such-option"])
