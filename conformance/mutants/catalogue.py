@@ -18,10 +18,9 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from conformance.mutants.discovery import Target
 from conformance.mutants.expectations import expected_clauses
 from conformance.mutants.operators import OPERATORS, Operator, Site
-from conformance.mutants.roles import DECLARED
+from conformance.mutants.roles import DECLARED, Target
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ import sys
 import tempfile
 import types
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from conformance.adapter import CacheEnv
-from conformance.mutants.roles import DECLARED, Role, role_of
+from conformance.mutants.roles import DECLARED, Target, role_of
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.errors import ConfigError
@@ -42,14 +41,6 @@ NOT_TARGETS = frozenset({"spec", "conformance", "lint", "torch", "numpy", "pytes
                          "libcst", "typing_extensions", "builtins"})
 _WALK_LIMIT = 100_000  # objects visited at most: a cache's graph is a few thousand (slot lists hold plain ints)
 _LEAVES = (int, float, complex, str, bytes, bool, type(None))
-
-
-@dataclass(frozen=True)
-class Target:
-    module: str
-    file: str
-    qualname: str
-    role: Role
 
 
 def is_candidate_module(name: str) -> bool:

@@ -3,7 +3,7 @@
 Loaded with `-p conformance.mutants.first_failure`; active only where
 HICACHE_MUTANT_RESULT names the JSON file to write, and only in the process
 that sees every report (the xdist controller, or the only process), in the
-order reports arrive. The clauses are read as conformance/failures.py reads
+order reports arrive. The clauses are read as conformance/report/failures.py reads
 them for the matrix: from the report's user properties.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conformance.failures import read_failed
+from conformance.report.failures import read_failed
 from conformance.mutants.importhook import take_precedence
 
 take_precedence()  # pytest's assertion rewriter went in front of the mutant's finder at start-up: this runs before any cache is imported

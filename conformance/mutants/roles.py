@@ -24,6 +24,16 @@ class Role:
     names: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Target:
+    """One function to mutate (discovery finds them, the catalogue mutates them): here, apart from both, so neither imports the other."""
+
+    module: str
+    file: str
+    qualname: str
+    role: Role
+
+
 ROLES = (
     Role("decision", "the local vote (can_terminate_prefetch)", ("D4",),
          ("can_terminate_prefetch", "_can_terminate_prefetch")),

@@ -30,7 +30,7 @@ def test_a_campaign_kills_the_guard_removal_and_names_its_clause(tmp_path, capsy
                  "--equivalent", f"{reduce}=one rank: the reduce is the identity in these tests", "--report", str(report)])
     out = capsys.readouterr().out
     assert code == 0, out  # the one survivor is argued equivalent
-    assert f"{guard}  killed by conformance/test_decision.py::test_every_decision_state[hiradix-cpu-wait_complete] naming D3" in out
+    assert f"{guard}  killed by conformance/suite/test_decision.py::test_every_decision_state[hiradix-cpu-wait_complete] naming D3" in out
     assert f"{reduce}  SURVIVED, argued equivalent" in out
     assert "because: one rank: the reduce is the identity in these tests" in out
     assert "kill rate: 1/1 non-equivalent (100.0%)" in out

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from conformance.mutants.catalogue import Mutant, mutants_of
-from conformance.mutants.discovery import Target
 from conformance.mutants.operators import OPERATORS
-from conformance.mutants.roles import ROLE_NAMED
+from conformance.mutants.roles import ROLE_NAMED, Target
 
 OPERATOR = {op.name: op for op in OPERATORS}
 
