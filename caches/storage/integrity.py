@@ -15,7 +15,7 @@ word and the same bit flipped down in another).
 
 ``crc32`` (zlib): detects every error of up to three bits and every burst of
 up to 32, but runs at about 3 GiB/s on one core, which halves prefetch
-throughput from page-cached files (see the README's performance table).
+throughput from page-cached files (see docs/performance.md).
 
 A stored checksum is bound to its key (``bound_checksum``), so a page copied
 or renamed under another key fails verification like a damaged one.

@@ -1,7 +1,7 @@
 """The runtime shims that let SGLang's cache modules run on a CPU-only machine.
 
 Each shim is small, named, applied at run time to the user's imported tree
-(nothing is copied from upstream) and listed in SHIMS, which the README's
+(nothing is copied from upstream) and listed in SHIMS, which docs/upstream.md's
 table mirrors. Every shim replaces something that only exists with CUDA, or
 injects what the harness must control (the clock, the batch size); none
 changes a decision or a free rule of the code under test.

@@ -2,7 +2,7 @@
 
 Every wrapper calls the original; none changes what it does. Where an event
 happens (which upstream method, which thread) is listed in TAP_POINTS and in
-the README. The harness's gate is consulted after each IO start, outside
+docs/upstream.md. The harness's gate is consulted after each IO start, outside
 upstream's locks, exactly where upstream then calls its storage backend or its
 copy: a hold parks that thread there, an injected fault is raised there, as a
 storage error would be.

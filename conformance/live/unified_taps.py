@@ -5,7 +5,7 @@ prefetch thread only queries storage; the scheduler's ACK drain (inside
 check_hicache_events) allocates the hit's host slots, hands the operation
 to the IO thread, and commits it when the final ACK arrives, completion and
 queue sizes MIN-reduced across ranks. What differs from the fork's tap
-points is listed in UNIFIED_TAP_POINTS (and in the README); the rest is
+points is listed in UNIFIED_TAP_POINTS (and in docs/upstream.md); the rest is
 Taps as it is.
 """
 

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from conformance.plugin.recorder import clause_texts
+from conformance.report.defects import defects_of
+from conformance.report.matrix import ConformanceReport, OutcomeRecord
+from spec.clauses import CATALOGUE
+
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
 
@@ -48,3 +53,36 @@ class PytestProcess:
 @pytest.fixture(scope="session")
 def subprocess_pytest() -> PytestProcess:
     return PytestProcess()
+
+
+LIVE_TREE = "/work/sglang@9e9fde147"
+LIVE_IMPLS = [f"sglang-live:{c}@9e9fde147" for c in ("HiRadixCache", "HiMambaRadixCache")]
+
+
+def _live_shaped_report() -> dict:
+    """A report shaped like a --sglang-live run's: two classes of one tree, each on cpu and cuda, every third clause failing."""
+    records = []
+    for impl in LIVE_IMPLS:
+        for index, clause in enumerate(CATALOGUE):
+            record = OutcomeRecord(f"conformance/suite/test_x.py::test_{clause.lower()}[{impl}-cpu]", impl, "cpu", [clause], outcome="pass")
+            if index % 3 == 0:  # every third clause fails, each its own entry
+                record.outcome = "fail"
+                record.failed_clauses = {clause: f"{clause}: what went wrong with {clause}, said in a sentence of some length"}
+            records.append(record)
+    results = ConformanceReport(records, {impl: ["cpu", "cuda"] for impl in LIVE_IMPLS}, list(CATALOGUE), device_reasons={"cuda": "no GPU"}).as_json()
+    implementations = [{"name": impl, "source": "--sglang-live", "source_value": LIVE_TREE, "factory": None, "module": "conformance.live",
+                        "distribution": None, "adapter": "conformance.live.adapter.LiveAdapter", "capabilities": [], "checkout": None}
+                       for impl in LIVE_IMPLS]
+    data = {"schema_version": 2, "suite": {"name": "hicache-conformance", "version": "0", "commit": "0" * 40, "modified": False},
+            "run": {"started": "2026-01-01T00:00:00+00:00", "finished": "2026-01-01T00:08:00+00:00", "duration_s": 480.0,
+                    "pytest_args": ["conformance/", "--sglang-live", LIVE_TREE]},
+            "target": {"torch": "2", "python": "3", "platform": "linux", "device_kinds": ["cpu"], "devices": []},
+            "implementations": implementations, **results, "clauses": clause_texts()}
+    data["defects"] = defects_of(data)
+    return data
+
+
+@pytest.fixture
+def live_shaped_report():
+    """Builds the sample report: each call a fresh one, so a test may change it."""
+    return _live_shaped_report

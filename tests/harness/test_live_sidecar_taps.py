@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live import collectives
 from conformance.live.hi_mamba import HiMambaSession
@@ -129,7 +130,7 @@ def test_the_pool_get_is_one_io_of_the_operation_ending_as_the_backend_answers(h
 
 def test_a_held_pool_get_parks_the_io_thread_before_the_backend_runs():
     _, trace, backend, cc = rig({"mamba": [True]})
-    gate = Gate(trace, timeout_s=20.0)
+    gate = Gate(trace, timeout_s=WAIT_S)
     held = gate.hold("mamba get", io_start("mamba"))
     operation = Operation("r1", pages=2, transfers=[state_transfer()])
     worker = threading.Thread(target=cc.io_thread, args=(operation,), daemon=True)
@@ -137,7 +138,7 @@ def test_a_held_pool_get_parks_the_io_thread_before_the_backend_runs():
     held.wait_reached()
     assert backend.calls == [] and not operation.pool_transfers_done, "the backend must not run while the get is held"
     held.release()
-    worker.join(20.0)
+    worker.join(WAIT_S)
     assert backend.calls == ["get"] and operation.pool_transfers_done
     gate.close()
 

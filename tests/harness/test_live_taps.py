@@ -13,6 +13,7 @@ import threading
 import pytest
 import torch
 
+from conformance.bounds import WAIT_S
 from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live.taps import Taps
 from spec.clock import ManualClock
@@ -129,7 +130,7 @@ def test_a_hold_parks_the_io_thread_before_the_storage_call():
     taps, trace = make_taps()
     cc = Controller(pages_that_arrive=4)
     taps._tap_load_path(cc)
-    gate = Gate(trace, timeout_s=20.0)
+    gate = Gate(trace, timeout_s=WAIT_S)
     held = gate.hold("second batch", lambda e: e.kind is EventKind.IO_START and e.slots[0] == 2 * PS)
     operation = Operation("r1", pages=4)
     worker = threading.Thread(target=cc.io_thread, args=(operation,), daemon=True)
@@ -137,7 +138,7 @@ def test_a_hold_parks_the_io_thread_before_the_storage_call():
     held.wait_reached()
     assert operation.completed_tokens == 2 * PS, "the held batch must not have read anything yet"
     held.release()
-    worker.join(20.0)
+    worker.join(WAIT_S)
     assert not worker.is_alive() and operation.completed_tokens == 4 * PS
     gate.close()
 
@@ -177,8 +178,8 @@ def test_waiting_for_io_returns_at_once_for_a_request_never_queued_and_after_io_
     assert not taps.wait_io_done("r1", 0), "queued, its IO not yet ended"
     worker = threading.Thread(target=cc.io_thread, args=(cc.prefetch_queue.get(),), daemon=True)
     worker.start()
-    assert taps.wait_io_done("r1", 20.0)
-    worker.join(20.0)
+    assert taps.wait_io_done("r1", WAIT_S)
+    worker.join(WAIT_S)
     assert [e.kind for e in trace.events()][:2] == [EventKind.OP_START, EventKind.HIT]
 
 

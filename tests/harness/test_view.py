@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance.report.defects import defects_of
-from conformance.plugin.recorder import clause_texts
-from conformance.report.matrix import ConformanceReport, OutcomeRecord
 from conformance.report.html import render_html
-from conformance.report.view import NoBrowser, find_browser, first_screen, main, measure, screenshot
-from spec.clauses import CATALOGUE
-
-TREE = "/work/sglang@9e9fde147"
-IMPLS = [f"sglang-live:{c}@9e9fde147" for c in ("HiRadixCache", "HiMambaRadixCache")]
+from conformance.report.view import (
+    NoBrowser,
+    find_browser,
+    first_screen,
+    main,
+    measure,
+    screenshot,
+)
 
 
 def _browser() -> str:
@@ -31,29 +31,7 @@ def _browser() -> str:
         pytest.skip(str(exc))
 
 
-def live_shaped_report() -> dict:
-    records = []
-    for impl in IMPLS:
-        for index, clause in enumerate(CATALOGUE):
-            record = OutcomeRecord(f"conformance/suite/test_x.py::test_{clause.lower()}[{impl}-cpu]", impl, "cpu", [clause], outcome="pass")
-            if index % 3 == 0:  # every third clause fails, each its own entry
-                record.outcome = "fail"
-                record.failed_clauses = {clause: f"{clause}: what went wrong with {clause}, said in a sentence of some length"}
-            records.append(record)
-    results = ConformanceReport(records, {impl: ["cpu", "cuda"] for impl in IMPLS}, list(CATALOGUE), device_reasons={"cuda": "no GPU"}).as_json()
-    implementations = [{"name": impl, "source": "--sglang-live", "source_value": TREE, "factory": None, "module": "conformance.live",
-                        "distribution": None, "adapter": "conformance.live.adapter.LiveAdapter", "capabilities": [], "checkout": None}
-                       for impl in IMPLS]
-    data = {"suite": {"name": "hicache-conformance", "version": "0", "commit": "0" * 40, "modified": False},
-            "run": {"started": "2026-01-01T00:00:00+00:00", "finished": "2026-01-01T00:08:00+00:00", "duration_s": 480.0,
-                    "pytest_args": ["conformance/", "--sglang-live", TREE]},
-            "target": {"torch": "2", "python": "3", "platform": "linux", "device_kinds": ["cpu"], "devices": []},
-            "implementations": implementations, **results, "clauses": clause_texts()}
-    data["defects"] = defects_of(data)
-    return data
-
-
-def test_the_first_screen_shows_the_matrix_whole_and_the_defect_entries(tmp_path):
+def test_the_first_screen_shows_the_matrix_whole_and_the_defect_entries(live_shaped_report, tmp_path):
     _browser()
     data = live_shaped_report()
     assert len(data["defects"]["entries"]) >= 12
@@ -67,7 +45,7 @@ def test_the_first_screen_shows_the_matrix_whole_and_the_defect_entries(tmp_path
     assert any(line.startswith("problem: the matrix does not fit") for line in first_screen(measure(page, 700, 900)))
 
 
-def test_the_screenshot_is_the_first_screen_at_the_window_size(tmp_path):
+def test_the_screenshot_is_the_first_screen_at_the_window_size(live_shaped_report, tmp_path):
     _browser()
     page = tmp_path / "report.html"
     page.write_text(render_html(live_shaped_report()))
@@ -76,7 +54,7 @@ def test_the_screenshot_is_the_first_screen_at_the_window_size(tmp_path):
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1400, 900)
 
 
-def test_the_view_command_says_what_the_first_screen_holds(tmp_path, capsys):
+def test_the_view_command_says_what_the_first_screen_holds(live_shaped_report, tmp_path, capsys):
     assert main([str(tmp_path / "missing.html")]) == 2
     assert "invalid page" in capsys.readouterr().err
     _browser()

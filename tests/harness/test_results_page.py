@@ -1,0 +1,62 @@
+"""Results pages (python -m conformance.report.results): what a docs/results/ page says is what the report holds."""
+
+from __future__ import annotations
+
+import json
+
+from conformance.report.results import main, outcome_totals, render, verdict_summary
+
+
+def test_each_implementation_lists_exactly_its_defect_and_hardening_cells(live_shaped_report):
+    data = live_shaped_report()
+    page = render(data, "Fork")
+    for impl in data["matrix"]:
+        row = data["matrix"][impl]["cpu"]
+        defects = [c for c, v in row.items() if v == "defect"]
+        hardening = [c for c, v in row.items() if v == "hardening"]
+        assert defects or hardening, "the sample must fail somewhere, or this test checks nothing"
+        expected = f"defects: {', '.join(defects) or 'none'}; hardening not met: {', '.join(hardening) or 'none'}"
+        section = page.split(f"## {impl}\n", 1)[1].split("\n## ", 1)[0]
+        assert expected in section.splitlines()
+
+
+def test_the_page_counts_tests_as_pytest_does(live_shaped_report):
+    data = live_shaped_report()
+    failed = sum(1 for t in data["tests"] if t["outcome"] == "fail")
+    passed = sum(1 for t in data["tests"] if t["outcome"] == "pass")
+    assert failed and passed
+    assert outcome_totals(data) == f"{failed} failed, {passed} passed"
+    assert f"- tests: {failed} failed, {passed} passed" in render(data).splitlines()
+
+
+def test_a_clean_row_says_none():
+    assert verdict_summary({"D3": "pass", "S6": "not-judged"}) == "defects: none; hardening not met: none"
+
+
+def test_one_count_is_singular(live_shaped_report):
+    data = live_shaped_report()
+    impl = next(iter(data["matrix"]))
+    data["matrix"][impl]["cpu"] = {"D3": "defect", "S6": "pass"}
+    assert "1 defect, 0 hardening not met" in render(data)
+
+
+def test_the_command_writes_the_page(live_shaped_report, tmp_path, capsys):
+    report = tmp_path / "run.json"
+    report.write_text(json.dumps(live_shaped_report()), encoding="utf-8")
+    page = tmp_path / "pages" / "fork.md"
+    assert main([str(report), "--output", str(page), "--title", "Fork"]) == 0
+    assert page.read_text(encoding="utf-8").startswith("# Fork\n")
+    assert capsys.readouterr().out.strip() == f"wrote {page}"
+
+
+def test_bad_reports_are_one_line_each(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    not_json = tmp_path / "bad.json"
+    not_json.write_text("{", encoding="utf-8")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema_version": 1}), encoding="utf-8")
+    for path, says in ((missing, "readable JSON report"), (not_json, "JSON written by --conformance-report"), (old, "schema_version: 1 (accepted: 2)")):
+        assert main([str(path), "--output", str(tmp_path / "out.md")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "out.md").exists()
