@@ -162,6 +162,26 @@ def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, g
     close_and_check_trace(cache, trace, config)
 
 
+# --- F4 / S3: two prefetches of one prefix ------------------------------------------------------
+
+@pytest.mark.clause("F4", "F8", "S3", "S5")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete"])
+@pytest.mark.needs("pool:mamba", "default_pool:mamba")
+def test_two_prefetches_of_one_prefix_leave_one_state(impl, make_cache, trace, policy):
+    """Both commit the whole prefix: the second finds the node already carrying a state, so its own state must be released."""
+    cache, config = make(make_cache, policy)
+    tokens, data = stored_request(cache, seed=39, pages=PAGES, page_size=PS)
+    for request_id in ("r1", "r2"):
+        assert cache.prefetch(request_id, tokens) == len(tokens)
+    for request_id in ("r1", "r2"):
+        cache.wait_prefetch_io(request_id)
+    done = drive(cache, ["r1", "r2"], trace=trace)
+    assert done == {"r1": len(tokens), "r2": len(tokens)}, f"F3: both prefetches loaded every page, so both commit all {len(tokens)} tokens (got {done})"
+    served(cache, tokens, data, len(tokens))
+    cache.evict_all()  # the tree lets go of everything: a state slot it lost track of stays allocated
+    close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
 # --- F9: no free under a pending copy ------------------------------------------------------------
 
 def require_held_copies(impl, device: str) -> None:

@@ -6,10 +6,14 @@ returned, the IO's end and the progress it publishes not yet done), io_end
 (gated after the end, before the IO thread's next step) and terminate
 (gated after the mark and the snapshot, before the commit). Each reaches a
 state in which one lock, one order or one re-check decides what is
-committed, and names the clause that decides it.
+committed, and names the clause that decides it. One test reaches the
+gap between two batches by racing instead, so that an implementation
+without hold points is judged on the re-check before a batch too.
 """
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -33,6 +37,7 @@ from spec.trace import LOAD, Event, EventKind
 PS = 4
 PAGES = 4
 BATCH = 2
+RACES = 120  # terminates racing the IO thread: a few in a hundred land between two batches
 
 
 @pytest.fixture
@@ -67,11 +72,11 @@ def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed
     return tokens, data, hold, done
 
 
-def starts_after_terminate(trace) -> list[Event]:
-    terminates = op_events(trace, "r1", EventKind.TERMINATE)
+def starts_after_terminate(trace, op: str = "r1") -> list[Event]:
+    terminates = op_events(trace, op, EventKind.TERMINATE)
     if not terminates:
         return []
-    return [e for e in op_events(trace, "r1", EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
+    return [e for e in op_events(trace, op, EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
 
 
 @pytest.mark.needs("hold_points")
@@ -139,6 +144,34 @@ def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache,
     late = starts_after_terminate(trace)
     assert not late, f"F1: {len(late)} transfer(s) of r1 started after it was terminated: {[e.describe() for e in late]}"
     served(cache, tokens, data, done["r1"])
+    close_and_check_trace(cache, trace, config)
+
+
+@pytest.mark.clause("F1", "S2")
+def test_no_batch_starts_after_terminates_that_race_the_io_thread(impl, make_cache, trace, profile):
+    """The previous test without hold points: the gap between one batch's end and the next one's start is only hit by racing.
+
+    Many prefetches of one-page batches, each terminated once its first batch started, with the interpreter
+    switching threads as often as it can: some terminates land between two batches, where only the
+    re-check before a batch (begin_io) keeps the next one from starting. Catches a missing re-check
+    most runs, never fails a correct implementation.
+    """
+    config = TerminationConfig(policy="best_effort", page_size=PS)
+    cache = make_cache(termination=config, batch_pages=1)
+    requests = {f"r{i}": stored_request(cache, seed=200 + i, pages=2 * PAGES, page_size=PS)[0] for i in range(RACES)}
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for request_id, tokens in requests.items():
+            assert cache.prefetch(request_id, tokens) == len(tokens)
+            trace.wait_for_event(EventKind.IO_START, request_id, WAIT_S)
+            assert request_id in cache.check_progress([request_id]), f"{profile.counterpart('D1')}: best_effort did not terminate {request_id} at its first check"
+            trace.wait_for_event(EventKind.IO_DONE, request_id, WAIT_S)  # its IO thread is done with it
+    finally:
+        sys.setswitchinterval(previous)
+    late = {request_id: len(starts_after_terminate(trace, request_id)) for request_id in requests}
+    late = {request_id: count for request_id, count in late.items() if count}
+    assert not late, f"F1: transfers started after their prefetch was terminated (per request: {late})"
     close_and_check_trace(cache, trace, config)
 
 

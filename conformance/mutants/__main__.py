@@ -1,0 +1,5 @@
+import sys
+
+from conformance.mutants.cli import main
+
+sys.exit(main())

@@ -1,0 +1,78 @@
+"""The clause each mutant is expected to break: by operator, by the role of the function it changes, by what it touches.
+
+The most specific entry wins: (operator, role), then (operator, hint) for
+what a change touches (a combine over `terminated` breaks X1, over
+`timed_out` D5), then the operator's own, then the role's
+(conformance/mutants/roles.py). A kill whose first failure names none of
+these clauses is listed as naming another clause: either the expectation
+or the suite's message is off, and both are worth a look.
+
+The hints an operator sets: or_to_and "terminated" / "timed_out" (what the
+combine joins), reduce_swap "max_to_min" / "min_to_max".
+"""
+
+from __future__ import annotations
+
+from conformance.mutants.roles import Role
+
+_IO = ("io_start", "io_thread", "publish")
+
+BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("deadline_flip", "expiry"): ("L4",),
+    ("min_max_swap", "decision"): ("T1",),
+    ("min_max_swap", "timeout"): ("T1",),
+    ("min_max_swap", "commit"): ("F3",),
+    ("min_max_swap", "hit_query"): ("F3",),
+    ("min_max_swap", "io_thread"): ("S5", "L1"),
+    ("reduce_swap", "decision"): ("X1",),
+    ("reduce_swap", "commit"): ("S4",),
+    ("reduce_swap", "hit_query"): ("S4",),
+    ("reduce_swap", "ending"): ("F8",),
+    ("reduce_swap", "untracked"): ("X4",),
+    ("remove_guard", "decision"): ("D1",),
+    ("remove_assign_guard", "decision"): ("D3",),
+    # The completion predicate (D2) is what D4 and D5 vote: a test of the vote names either.
+    ("page_plus_one", "decision"): ("D2", "D4", "D5"),
+    ("page_minus_one", "decision"): ("D2", "D4", "D5"),
+    ("page_plus_one", "commit"): ("F3",),
+    ("page_minus_one", "commit"): ("F11",),
+    ("page_plus_one", "io_thread"): ("S5", "L1"),
+    ("page_minus_one", "io_thread"): ("S5", "L1"),
+    ("page_minus_one", "hit_query"): ("F11",),
+    ("drop_lock", "io_end"): ("F5",),
+    ("drop_lock", "revoke"): ("F7",),
+    ("drop_lock", "expiry"): ("L4",),
+    ("drop_lock", "release"): ("S3",),
+    ("drop_recheck", "io_end"): ("F5",),
+    ("drop_recheck", "revoke"): ("F7",),
+    ("drop_recheck", "expiry"): ("L4",),
+    ("free_before_io_end", "copy_free"): ("F9",),
+    **{("drop_lock", role): ("F1",) for role in _IO},
+}
+
+BY_HINT: dict[tuple[str, str], tuple[str, ...]] = {
+    # In the reducer itself: MAX is the vote's combine, MIN every agreement (hit length, commit, drain).
+    ("reduce_swap", "max_to_min"): ("X1",),
+    ("reduce_swap", "min_to_max"): ("S4",),
+    ("or_to_and", "terminated"): ("X1",),
+    ("or_to_and", "timed_out"): ("D5",),
+}
+
+BY_OPERATOR: dict[str, tuple[str, ...]] = {
+    "deadline_flip": ("T2",),
+    "reduce_swap": ("X1",),
+    "or_to_and": ("X1",),
+    "clamp_one_pool": ("F3",),
+    "drop_lock": ("F2",),
+    "remove_assign_guard": ("D3",),
+    "drop_recheck": ("F1", "S2"),
+    "free_before_io_end": ("F5",),
+    "drop_namespace_field": ("S6",),
+}
+
+
+def expected_clauses(operator: str, role: Role, hint: str = "") -> tuple[str, ...]:
+    for found in (BY_ROLE.get((operator, role.name)), BY_HINT.get((operator, hint)), BY_OPERATOR.get(operator)):
+        if found:
+            return found
+    return role.clauses
