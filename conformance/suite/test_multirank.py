@@ -15,17 +15,13 @@ import pytest
 
 from conformance.bounds import HANG_S
 from conformance.multirank import (
-    LEVELS,
     MultiRankError,
     Scenario,
     adapter_ref,
     cuda_devices_needed,
     expected_commit_pages,
-    first_divergence,
-    launch,
     order_cases,
     run_or_fail,
-    scenario_problems,
 )
 from spec.fence import HitPolicy
 from spec.profiles import VOTE_PROFILES
@@ -255,43 +251,6 @@ def test_every_rank_serves_the_same_prefix_after_a_commit(run_ranks):
     outcomes = run_ranks(scenarios, same_usable_prefix=True)
     loads = [load for outcome in outcomes for load in outcome.ranks[0].loads]
     assert loads, "no case committed anything to load back"
-
-
-def test_order_cases_cover_every_combination():
-    timeout = order_cases("timeout", 2)
-    assert len(timeout) == 36 and len(set(timeout)) == 36
-    assert all(LEVELS.index(t) >= LEVELS.index(v) for case in timeout for v, t in case)
-    assert len(order_cases("wait_complete", 2)) == 9
-
-
-# --- the harness itself: hangs and failures are reported, bounded -----------------------
-
-
-def test_hang_names_the_rank_the_step_and_the_divergent_collective(tmp_path):
-    """Only rank 0 enters a collective: the launch fails within the bound, naming where each rank is."""
-    with pytest.raises(MultiRankError) as raised:
-        launch(None, [Scenario("skip_collective", {"hung_rank": 0})], world_size=2, device="cpu", workdir=tmp_path,
-               hang_timeout_s=1.0, collective_timeout_s=60.0)
-    message = str(raised.value)
-    assert "rank 0 hung at step 'skip_collective(hung_rank=0) all_reduce on one rank only'" in message
-    assert "last event: #0 collective rank 0 op r1 step 1 value 'vote_max'" in message
-    assert "rank 1 hung at step 'scenario 0 done, waiting for every rank'" in message
-    assert "L3: collective #1 differs across ranks: rank 0 vote_max(op r1, step 1), rank 1 nothing" in message
-
-
-def test_a_failing_rank_is_reported_and_stops_the_launch(tmp_path):
-    scenarios = [Scenario("raise_on_rank", {"failing_rank": 1}), Scenario("raise_on_rank", {"failing_rank": 0})]
-    result = launch(None, scenarios, world_size=2, device="cpu", workdir=tmp_path, hang_timeout_s=HANG_S)
-    assert len(result.outcomes) == 1, "ranks must stop after a scenario failed on any rank"
-    problems = scenario_problems(result.outcomes[0])
-    assert len(problems) == 1 and problems[0].startswith("rank 1 failed at about to fail:"), problems
-    assert "RuntimeError: deliberate failure" in problems[0]
-
-
-def test_first_divergence_names_position_and_ranks():
-    assert first_divergence({0: ["a()", "b()"], 1: ["a()", "b()"]}) is None
-    assert first_divergence({0: ["a()", "b()"], 1: ["a()", "c(step 2)"]}) == "L3: collective #2 differs across ranks: rank 0 b(), rank 1 c(step 2)"
-    assert first_divergence({0: ["a()"], 1: []}) == "L3: collective #1 differs across ranks: rank 0 a(), rank 1 nothing"
 
 
 # --- several vote groups: four ranks as 2x2 (attn_tp pairs across attn_cp pairs) -----------------------

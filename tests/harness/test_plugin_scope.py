@@ -149,3 +149,12 @@ def test_the_plugin_is_off_by_the_name_pytest_prints(subprocess_pytest, their_pr
     out = off.stdout + off.stderr
     assert off.returncode == 0 and "3 passed" in out, out
     assert "conformance:" not in out and "conformance matrix" not in out, out
+
+
+def test_every_suite_item_judges_an_implementation(subprocess_pytest):
+    """The suite holds implementation tests only, so the report's totals are pytest's: the harness's own tests live in tests/harness."""
+    result = subprocess_pytest.run(REPO, "conformance/", "--collect-only", "-q", "-p", "no:randomly", "--cache-impl", "caches.adapters:hiradix")
+    items = [line for line in result.stdout.splitlines() if "::" in line]
+    assert result.returncode == 0 and len(items) > 100, result.stdout[-2000:] + result.stderr[-2000:]
+    outside = [item for item in items if "[hiradix-" not in item and not item.endswith("[hiradix]")]
+    assert not outside, f"suite items that judge no implementation: {outside[:5]}"
