@@ -97,6 +97,9 @@ class OutcomeRecord:
     skip_reason: str | None = None
     judged_out: str | None = None  # "not-judged" or "not-applicable": skipped as saying nothing about this implementation
     causes: list[dict] = field(default_factory=list)  # of the failing phases (conformance/report/causes.py)
+    # as pytest's summary line counts this test: its result, and its setup/teardown errors counted apart
+    pytest_outcome: str | None = None
+    pytest_errors: int = 0
 
     def add(self, report: Any) -> None:
         props = _properties(report.user_properties)
@@ -106,6 +109,7 @@ class OutcomeRecord:
             self.device_not_run = str(props[PROP_DEVICE_NOT_RUN])
         if PROP_JUDGED_OUT in props:
             self.judged_out = str(props[PROP_JUDGED_OUT])
+        self._count_as_pytest(report)
         phase = phase_outcome(report)
         if phase == "fail" or (phase is not None and self.outcome is None):
             self.outcome = phase
@@ -116,8 +120,17 @@ class OutcomeRecord:
                 self.failed_clauses.setdefault(clause, line)
             self.causes += [c for c in read_causes(report.user_properties) or [] if c not in self.causes]
 
+    def _count_as_pytest(self, report: Any) -> None:
+        """pytest counts a failing setup or teardown as an error beside the test's own result (a passed call stays passed)."""
+        xfail = hasattr(report, "wasxfail")
+        if report.when != "call" and report.failed:
+            self.pytest_errors += 1
+        elif report.when == "call" or report.skipped:
+            self.pytest_outcome = ("xfail" if report.skipped else "xpass") if xfail else ("skip" if report.skipped else "fail" if report.failed else "pass")
+
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
+                "pytest_outcome": self.pytest_outcome, "pytest_errors": self.pytest_errors,
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
                 "causes": list(self.causes) if self.outcome == "fail" else None,
                 "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None,

@@ -90,11 +90,16 @@ def _count(n: int, label: str) -> str:
 
 
 def outcome_totals(data: Mapping[str, Any]) -> str:
-    """How many of the run's tests passed, failed, were skipped, as pytest counts them (every implementation of the run)."""
-    outcomes: dict[str, int] = {}
+    """The run's tests as pytest's summary line counts them: failed, passed, skipped, xfailed, xpassed, then errors."""
+    counts: dict[str, int] = {}
+    errors = 0
     for test in data["tests"]:
-        outcomes[test["outcome"]] = outcomes.get(test["outcome"], 0) + 1
-    return ", ".join(f"{outcomes[o]} {OUTCOME_WORDS.get(o, o)}" for o in sorted(outcomes, key=lambda o: (list(OUTCOME_WORDS).index(o) if o in OUTCOME_WORDS else len(OUTCOME_WORDS), o)))
+        outcome = test.get("pytest_outcome", test["outcome"])  # reports before pytest_outcome: the verdict's outcome
+        if outcome is not None:
+            counts[outcome] = counts.get(outcome, 0) + 1
+        errors += test.get("pytest_errors", 0)
+    words = [f"{counts[o]} {word}" for o, word in OUTCOME_WORDS.items() if counts.get(o)]
+    return ", ".join(words + ([f"{errors} error{'s' if errors != 1 else ''}"] if errors else []))
 
 
 def verdict_summary(row: Mapping[str, str]) -> str:

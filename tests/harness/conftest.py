@@ -65,8 +65,9 @@ def _live_shaped_report() -> dict:
     for impl in LIVE_IMPLS:
         for index, clause in enumerate(CATALOGUE):
             record = OutcomeRecord(f"conformance/suite/test_x.py::test_{clause.lower()}[{impl}-cpu]", impl, "cpu", [clause], outcome="pass")
+            record.pytest_outcome = "pass"
             if index % 3 == 0:  # every third clause fails, each its own entry
-                record.outcome = "fail"
+                record.outcome = record.pytest_outcome = "fail"
                 record.failed_clauses = {clause: f"{clause}: what went wrong with {clause}, said in a sentence of some length"}
             records.append(record)
     results = ConformanceReport(records, {impl: ["cpu", "cuda"] for impl in LIVE_IMPLS}, list(CATALOGUE), device_reasons={"cuda": "no GPU"}).as_json()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+from conformance.report.matrix import OutcomeRecord
 from conformance.report.results import main, outcome_totals, render, verdict_summary
 
 
@@ -60,3 +62,23 @@ def test_bad_reports_are_one_line_each(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "out.md").exists()
+
+
+def _phase(when: str, outcome: str) -> SimpleNamespace:
+    return SimpleNamespace(when=when, failed=outcome == "failed", skipped=outcome == "skipped", passed=outcome == "passed", user_properties=[])
+
+
+def test_a_teardown_error_counts_as_pytest_counts_it():
+    """A passed call whose teardown fails is one passed and one error for pytest, a failure for the verdict."""
+    passed_then_error = OutcomeRecord("t::a[x-cpu]", "x", "cpu", ["S1"])
+    for when, outcome in (("setup", "passed"), ("call", "passed"), ("teardown", "failed")):
+        passed_then_error.add(_phase(when, outcome))
+    setup_error = OutcomeRecord("t::b[x-cpu]", "x", "cpu", ["S1"])
+    for when, outcome in (("setup", "failed"), ("teardown", "passed")):
+        setup_error.add(_phase(when, outcome))
+    failed = OutcomeRecord("t::c[x-cpu]", "x", "cpu", ["S1"])
+    for when, outcome in (("setup", "passed"), ("call", "failed"), ("teardown", "failed")):
+        failed.add(_phase(when, outcome))
+    records = [passed_then_error, setup_error, failed]
+    assert [r.outcome for r in records] == ["fail", "fail", "fail"]
+    assert outcome_totals({"tests": [r.as_json() for r in records]}) == "1 failed, 1 passed, 3 errors"
