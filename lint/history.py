@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -31,7 +31,6 @@ DEFAULT_FILES = (f"{MEM_CACHE}/hiradix_cache.py", f"{MEM_CACHE}/unified_radix_ca
 DEFAULT_READ = (MEM_CACHE, "python/sglang/srt/managers")
 DEFAULT_CODES = ("HC101", "HC102", "HC103")
 GIT_TIMEOUT_S = 120
-ERROR_KEY = "cannot lint "
 
 
 class UsageError(Exception):
@@ -57,7 +56,7 @@ def commits_touching(git_dir: Path, rev: str, files: Sequence[str]) -> list[str]
 
 def extract(git_dir: Path, commit: str, folders: Sequence[str], into: Path) -> None:
     """The folders as `commit` had them; a folder the commit lacks is simply absent."""
-    present = [f for f in folders if _git(git_dir, "ls-tree", "--name-only", commit, f).strip()]
+    present = _git(git_dir, "ls-tree", "--name-only", commit, *folders).decode().split()
     if not present:
         return
     archive = _git(git_dir, "archive", "--format=tar", commit, *present)
@@ -68,10 +67,21 @@ def extract(git_dir: Path, commit: str, folders: Sequence[str], into: Path) -> N
             tar.extractall(into)
 
 
-def replay(git_dir: Path, rev: str, files: Sequence[str], read: Sequence[str], codes: Sequence[str]) -> tuple[list[str], dict[str, dict[str, set[str]]]]:
-    """The commits replayed, and per commit the classes with findings of `codes` (class -> codes)."""
+@dataclass
+class CommitFindings:
+    commit: str
+    classes: dict[str, set[str]] = field(default_factory=dict)  # class -> the counted codes it got
+    unreadable: list[str] = field(default_factory=list)  # "file: why" for each file the linter could not read
+
+    def lines(self) -> list[str]:
+        return ([f"{self.commit[:9]} {name}: {', '.join(sorted(codes))}" for name, codes in sorted(self.classes.items())]
+                + [f"{self.commit[:9]} cannot lint {what}" for what in self.unreadable])
+
+
+def replay(git_dir: Path, rev: str, files: Sequence[str], read: Sequence[str], codes: Sequence[str]) -> tuple[list[str], list[CommitFindings]]:
+    """The commits replayed, and those with findings of `codes` or a file the linter could not read."""
     commits = commits_touching(git_dir, rev, files)
-    found: dict[str, dict[str, set[str]]] = {}
+    found: list[CommitFindings] = []
     for commit in commits:
         with tempfile.TemporaryDirectory(prefix="hicache-lint-history-") as tmp:
             root = Path(tmp)
@@ -81,14 +91,14 @@ def replay(git_dir: Path, rev: str, files: Sequence[str], read: Sequence[str], c
             if not present:
                 continue
             result = lint_paths(present)
-            by_class: dict[str, set[str]] = defaultdict(set)
-            for finding in result.findings:
-                if finding.code in codes:
-                    by_class[(finding.method or "?").split(".")[0]].add(finding.code)
-            for error in result.errors:  # a commit the linter cannot read is reported, never skipped silently
-                by_class[f"{ERROR_KEY}{Path(error.path).name}: {error.message}"] = set()
-            if by_class:
-                found[commit] = dict(by_class)
+        entry = CommitFindings(commit)
+        for finding in result.findings:
+            if finding.code in codes:
+                entry.classes.setdefault((finding.method or "?").split(".")[0], set()).add(finding.code)
+        # a commit the linter cannot read is reported, never skipped silently
+        entry.unreadable = [f"{Path(error.path).name}: {error.message}" for error in result.errors]
+        if entry.classes or entry.unreadable:
+            found.append(entry)
     return commits, found
 
 
@@ -117,13 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"python -m lint.history: {exc}", file=sys.stderr)
         return 2
-    for commit, by_class in found.items():
-        for name, codes in sorted(by_class.items()):
-            print(f"{commit[:9]} {name}" + (f": {', '.join(sorted(codes))}" if codes else ""))
-    flagged = {c: [n for n in by_class if not n.startswith(ERROR_KEY)] for c, by_class in found.items()}
-    unreadable = sum(1 for by_class in found.values() if any(n.startswith(ERROR_KEY) for n in by_class))
+    for entry in found:
+        print("\n".join(entry.lines()))
+    flagged = [entry for entry in found if entry.classes]
+    unreadable = sum(1 for entry in found if entry.unreadable)
     print(f"{len(commits)} commits replayed ({args.rev}, touching {len(files)} files): "
-          f"{sum(map(len, flagged.values()))} class-commits with {'/'.join(args.codes)}, at {sum(1 for n in flagged.values() if n)} commits"
+          f"{sum(len(entry.classes) for entry in flagged)} class-commits with {'/'.join(args.codes)}, at {len(flagged)} commits"
           + (f"; {unreadable} commits the linter cannot read" if unreadable else ""))
     return 0
 
