@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from spec.errors import ConfigError
+from spec.fence_lock import FENCED_SECTIONS
 from spec.kinds import Kind
 from spec.profiles import ACK_DRAIN, FENCED_VOTE, PROFILES, VOTE_PROFILES
 
@@ -372,7 +373,10 @@ def _with_kinds(clauses: list[Clause]) -> dict[str, Clause]:
 CATALOGUE: dict[str, Clause] = dict(sorted(_with_kinds(_CLAUSES).items(), key=lambda item: list(GROUPS).index(item[1].group)))
 
 # Trace checker names that are not clause IDs map to the clauses they check.
-CHECKER_CLAUSES = {"D": ("D1", "D2", "D3", "D4", "D5")}
+CHECKER_CLAUSES = {
+    "D": ("D1", "D2", "D3", "D4", "D5"),
+    "fence_lock": tuple(sorted({kept for kept, _ in FENCED_SECTIONS.values()})),
+}
 
 
 def clause(clause_id: str) -> Clause:

@@ -583,11 +583,19 @@ def check_l4(ctx: CheckContext) -> Iterator[Violation]:
                         yield Violation("L4", f"inserted by {e.op} from a load that had been counted failed (past its bound)", e, slot)
 
 
+def check_fence_lock(ctx: CheckContext) -> Iterator[Violation]:
+    """F1, F2, F5, F7, S1, S3, L4 where kept by a lock: each fenced section entered without the operation's lock (spec/fence_lock.py)."""
+    for rank, trace in sorted(ctx.traces.items()):
+        for entered in trace.unfenced:
+            yield Violation(entered.clause, f"rank {rank}: {entered.describe()}")
+
+
 def _fmt(calls: Sequence[tuple[str, str | None]]) -> str:
     return "[" + ", ".join(f"{name}({op})" for name, op in calls) + "]"
 
 
 CHECKERS: dict[str, Checker] = {
+    "fence_lock": check_fence_lock,  # first: a section run unlocked is the cause of what the others may see
     "S1": check_s1,
     "S2": check_s2,
     "S3": check_s3,

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from spec.clock import Clock, MonotonicClock
 from spec.decision import DecisionState
 from spec.errors import ConfigError
+from spec.fence_lock import FENCED_SECTIONS, FenceLock, UnfencedSection
 from spec.profiles import profile as find_profile
 
 
@@ -127,6 +128,8 @@ class Trace:
     events: tuple[Event, ...] = field(default_factory=tuple)
     # The architecture profile the implementation declares (spec/profiles.py): whose vote and timer judge this trace.
     profile: str | None = None
+    # Fenced sections entered without the operation's lock (spec/fence_lock.py); empty where none were checked.
+    unfenced: tuple[UnfencedSection, ...] = ()
 
 
 def page_digest(data: bytes | memoryview) -> str:
@@ -152,6 +155,7 @@ class TraceRecorder:
         self._lock = threading.Lock()
         self._gate: Gate | None = None
         self._next_io = 0
+        self._unfenced: list[UnfencedSection] = []
 
     def record(self, kind: EventKind, **fields: Any) -> Event:
         kind = EventKind(kind)
@@ -178,6 +182,24 @@ class TraceRecorder:
             self._next_io += 1
             return self._next_io
 
+    def fence_lock(self) -> FenceLock | threading.Lock:
+        """The lock an operation's fenced state lives behind: one that knows its owner, so check_fenced can judge it."""
+        return FenceLock()
+
+    def check_fenced(self, section: str, lock: object, op: str | None = None) -> None:
+        """Call inside a fenced section (spec/fence_lock.py): notes it when this thread does not hold `lock`."""
+        if section not in FENCED_SECTIONS:
+            raise ConfigError("section", section, ", ".join(FENCED_SECTIONS))
+        if isinstance(lock, FenceLock) and lock.held_by_current_thread():
+            return
+        entered = UnfencedSection(section, op, threading.current_thread().name, self.position())
+        with self._lock:
+            self._unfenced.append(entered)
+
+    def unfenced(self) -> tuple[UnfencedSection, ...]:
+        with self._lock:
+            return tuple(self._unfenced)
+
     def set_gate(self, gate: Gate | None) -> None:
         """Install a callable run at each gate point (tests use it to hold a thread)."""
         self._gate = gate
@@ -193,7 +215,7 @@ class TraceRecorder:
             return tuple(self._events)
 
     def trace(self) -> Trace:
-        return Trace(rank=self.rank, events=self.events(), profile=self.profile)
+        return Trace(rank=self.rank, events=self.events(), profile=self.profile, unfenced=self.unfenced())
 
 
 class NullRecorder(TraceRecorder):
@@ -205,6 +227,12 @@ class NullRecorder(TraceRecorder):
         return _NULL_EVENT
 
     def gate(self, event: Event) -> None:
+        return None
+
+    def fence_lock(self) -> threading.Lock:
+        return threading.Lock()
+
+    def check_fenced(self, section: str, lock: object, op: str | None = None) -> None:
         return None
 
 

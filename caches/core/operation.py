@@ -129,7 +129,7 @@ class PrefetchOperation:
         self.last_node = last_node
         self.trace = trace
         self.clock: Clock = clock if clock is not None else trace.clock
-        self.lock = threading.Lock()
+        self.lock = trace.fence_lock()  # a lock that knows its owner under a test's recorder (spec/fence_lock.py)
         self.hash_value: list[str] = []  # hit pages; empty until the hit query ran
         self.completed_tokens = 0
         self.pool_transfers: list[PoolPlan] = list(extras)
@@ -165,6 +165,7 @@ class PrefetchOperation:
     def increment(self, tokens: int) -> bool:
         """Publish progress; refused once terminated."""
         with self.lock:
+            self._fenced("publish")
             if self._terminated:
                 return False
             self.completed_tokens += tokens
@@ -184,6 +185,7 @@ class PrefetchOperation:
             return self._progress()
 
     def _progress(self) -> Progress:
+        self._fenced("snapshot")
         return Progress(
             hash_value=tuple(self.hash_value),
             completed_tokens=self.completed_tokens,
@@ -203,6 +205,7 @@ class PrefetchOperation:
         Returns False (and changes nothing) when the operation is already terminated.
         """
         with self.lock:
+            self._fenced("set_hit")
             if self._terminated:
                 return False
             self.hash_value = self.requested_hashes[:pages]
@@ -215,6 +218,7 @@ class PrefetchOperation:
     def trim_hit(self, pages: int) -> None:
         """After an IO failure: expect only the pages that arrived (so waiting can end)."""
         with self.lock:
+            self._fenced("trim_hit")
             if self._terminated or pages >= len(self.hash_value):
                 return
             self.hash_value = self.hash_value[:pages]
@@ -223,6 +227,7 @@ class PrefetchOperation:
     def revoke(self, reason: str) -> bool:
         """F7: a revoked operation is terminated and done; its idle slots are released."""
         with self.lock:
+            self._fenced("revoke")
             if self._terminated:
                 return False
             self._terminated = True
@@ -240,6 +245,7 @@ class PrefetchOperation:
         Gate the returned event after releasing locks.
         """
         with self.lock:
+            self._fenced("begin_io")
             if self._terminated or self._expired:
                 return None
             io = self.trace.next_io_id()
@@ -260,6 +266,7 @@ class PrefetchOperation:
         """
         ended = None
         with self.lock:
+            self._fenced("end_io")
             io = start.io
             for part, ok in ((ok_slots, True), (failed_slots, False)):
                 if len(part):
@@ -288,6 +295,7 @@ class PrefetchOperation:
         IO stays in flight (its slots excluded) until it really ends.
         """
         with self.lock:
+            self._fenced("expire_io")
             expired = [io for io in self._open.values() if io.io not in self._expired and now - io.started > bound_s]
             if not expired:
                 return []
@@ -315,6 +323,7 @@ class PrefetchOperation:
         Without this, a slot of an IO that never ends would never be freed (F8).
         """
         with self.lock:
+            self._fenced("fail_in_flight")
             for pool, in_flight in self._in_flight.items():
                 if not in_flight:
                     continue
@@ -333,6 +342,7 @@ class PrefetchOperation:
     def finish_transfers(self) -> None:
         """The IO thread starts nothing more for this operation."""
         with self.lock:
+            self._fenced("finish_transfers")
             self.pool_transfers_done = True
             self.trace.record(EventKind.IO_DONE, op=self.request_id)
         self.io_done.set()
@@ -346,6 +356,7 @@ class PrefetchOperation:
         scheduler there lets IO move before the commit uses the snapshot.
         """
         with self.lock:
+            self._fenced("terminate")
             self._terminated = True
             snapshot = self._progress()
             event = self.trace.record(EventKind.TERMINATE, op=self.request_id, step=step, value=snapshot.completed_tokens)
@@ -354,11 +365,13 @@ class PrefetchOperation:
 
     def mark_terminate(self) -> None:
         with self.lock:
+            self._fenced("terminate")
             self._terminated = True
 
     def take_for_insert(self, pool: str, slots: Sequence[int]) -> None:
         """The slots (whole units) now belong to the tree (the caller records INSERT)."""
         with self.lock:
+            self._fenced("take_for_insert")
             group = self._plans[pool].group
             units = self._units(pool, slots)
             busy = [u for u in units if u in self._in_flight[pool]]
@@ -385,6 +398,7 @@ class PrefetchOperation:
     def drain(self) -> int:
         """Free what was released (scheduler thread only, at agreed points); returns slot numbers freed."""
         with self.lock:
+            self._fenced("drain")
             released, self._released = self._released, []
             returnable, self._returnable = self._returnable, {}
             if self.trace.enabled:
@@ -413,6 +427,9 @@ class PrefetchOperation:
 
     # --- internals (lock held) ------------------------------------------------
 
+    def _fenced(self, section: str) -> None:
+        self.trace.check_fenced(section, self.lock, self.request_id)
+
     def _units(self, pool: str, slots: Sequence[int] | torch.Tensor) -> list[int]:
         width = self._width[pool]
         firsts = slots[::width]
@@ -424,6 +441,7 @@ class PrefetchOperation:
             self._release(pool, [u for u in owned if u not in in_flight])
 
     def _release(self, pool: str, units: Sequence[int]) -> None:
+        self._fenced("release")
         owned = self._owned[pool]
         mine = [u for u in units if u in owned]
         if not mine:

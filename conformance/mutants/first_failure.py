@@ -1,4 +1,4 @@
-"""A pytest plugin for a campaign's runs: writes which test failed first and which clauses its failure names.
+"""A pytest plugin for a campaign's runs: writes which failing test the suite orders first and which clauses its failure names.
 
 Loaded with `-p conformance.mutants.first_failure`; active only where
 HICACHE_MUTANT_RESULT names the JSON file to write, and only in the process
@@ -26,17 +26,36 @@ _MESSAGE_CHARS = 240
 
 
 class FirstFailure:
+    """Keeps every failure until the run stops, then the one earliest in the suite's order.
+
+    The suite runs causes before consequences (the decision table before the
+    scenarios that depend on the vote). Under xdist the failure that reaches
+    the controller first is whichever worker was quicker; of those that came
+    in before `-x` stopped the run, the one the suite orders first is the
+    one that names the rule broken, and the same one from run to run.
+    """
+
     def __init__(self, path: str) -> None:
         self.path = Path(path)
-        self.first: dict[str, Any] | None = None
+        self.order: dict[str, int] = {}
+        self.failures: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
 
     def _failed(self, report: Any, what: str) -> None:
-        if self.first is not None:
-            return
         named = read_failed(getattr(report, "user_properties", ())) or {}
-        self.first = {"nodeid": report.nodeid or "(collection)", "when": what, "clauses": list(named),
-                      "message": next(iter(named.values()), None) or _error_line(report)}
+        self.failures.append({"nodeid": report.nodeid or "(collection)", "when": what, "clauses": list(named),
+                              "message": next(iter(named.values()), None) or _error_line(report)})
+
+    def _ordered(self, ids: Any) -> None:
+        if not self.order:
+            self.order = {nodeid: index for index, nodeid in enumerate(ids)}
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self._ordered(item.nodeid for item in getattr(session, "items", ()))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        self._ordered(ids)
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
@@ -49,9 +68,16 @@ class FirstFailure:
             outcome = "failed" if report.failed else "skipped" if report.skipped else "passed"
             self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
+    def first(self) -> dict[str, Any] | None:
+        """The failure earliest in collection order (one not in it, a collection error say, before every test)."""
+        if not self.failures:
+            return None
+        arrival = {id(f): n for n, f in enumerate(self.failures)}
+        return min(self.failures, key=lambda f: (self.order.get(f["nodeid"], -1), arrival[id(f)]))
+
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
-        self.path.write_text(json.dumps({"first_failure": self.first, "counts": self.counts, "exitstatus": int(exitstatus)}),
-                             encoding="utf-8")
+        self.path.write_text(json.dumps({"first_failure": self.first(), "failures": len(self.failures), "counts": self.counts,
+                                         "exitstatus": int(exitstatus)}), encoding="utf-8")
 
 
 def _error_line(report: Any) -> str:

@@ -239,6 +239,7 @@ def _page_shift(sign: str) -> Callable[[cst.FunctionDef, Code], Iterator[Site]]:
     word = "more" if sign == "+" else "less"
 
     def find(function: cst.FunctionDef, code: Code) -> Iterator[Site]:
+        in_budget = _budget_operations(function)
         for operation in _nodes(function.body, cst.BinaryOperation):
             assert isinstance(operation, cst.BinaryOperation)
             if isinstance(operation.operator, cst.Multiply) and _is_page_size(operation.right, code):
@@ -252,9 +253,29 @@ def _page_shift(sign: str) -> Callable[[cst.FunctionDef, Code], Iterator[Site]]:
             else:
                 continue
             yield Site(name, operation, operation, replacement,
-                       f"one page {word}: `{_one_line(code(operation))}` becomes `{_one_line(code(replacement))}`")
+                       f"one page {word}: `{_one_line(code(operation))}` becomes `{_one_line(code(replacement))}`",
+                       hint="budget" if id(operation) in in_budget else "")
 
     return find
+
+
+_BUDGET_NAME = re.compile(r"budget|timeout|deadline", re.IGNORECASE)
+
+
+def _budget_operations(function: cst.FunctionDef) -> set[int]:
+    """Expressions that compute a timeout budget: in an assignment to a budget-like name, or to a name such an assignment reads."""
+    assigns = [a for a in _nodes(function.body, cst.Assign) if isinstance(a, cst.Assign)]
+
+    def targets(assign: cst.Assign) -> set[str]:
+        return {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+
+    feeding = {n.value for a in assigns if any(_BUDGET_NAME.search(t) for t in targets(a)) for n in _nodes(a.value, cst.Name)}
+    found: set[int] = set()
+    for assign in assigns:
+        names = targets(assign)
+        if names & feeding or any(_BUDGET_NAME.search(t) for t in names):
+            found.update(id(n) for n in _nodes(assign.value, cst.BinaryOperation))
+    return found
 
 
 def _clamp_one_pool(function: cst.FunctionDef, code: Code) -> Iterator[Site]:

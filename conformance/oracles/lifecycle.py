@@ -18,7 +18,7 @@ def background_errors(instance: Any) -> list[str]:
     return [str(error) for error in report()] if callable(report) else []
 
 
-def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), errors_expected: Iterable[Any] = ()) -> None:
+def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), errors_expected: Iterable[Any] = (), traces: Iterable[Any] = ()) -> None:
     """Release every gate (a parked thread keeps close() from finishing), close every instance, then check.
 
     Every instance is closed even when an earlier close raised (the first
@@ -33,6 +33,7 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
         gate.release_all()
     # Listed before closing too: an implementation may forget its threads once closed.
     started = [list(instance.threads()) for instance in instances]
+    traces = list(traces)
     first_error: BaseException | None = None
     for instance in instances:
         try:
@@ -47,3 +48,14 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
     expected = {id(instance) for instance in errors_expected}
     failed = [error for instance in instances if id(instance) not in expected for error in background_errors(instance)]
     assert not failed, f"unexpected exceptions on background threads (bugs, not storage faults): {failed}"
+    assert_fence_lock_kept(traces)
+
+
+def assert_fence_lock_kept(traces: Iterable[Any]) -> None:
+    """Every fenced section a recorder checked ran under its operation's lock (spec/fence_lock.py); judged after every test."""
+    __tracebackhide__ = True
+    from spec.invariants import check  # here, not at import: the controller process imports this module and no spec checker
+
+    unique = {id(trace): trace for trace in traces}.values()
+    violations = [v for trace in unique for v in check(trace.trace(), clauses=["fence_lock"])]
+    assert not violations, "\n".join(str(v) for v in violations[:3]) + (f"\n... {len(violations) - 3} more" if len(violations) > 3 else "")

@@ -223,6 +223,7 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest
     it reports them (`background_errors()`), no unexpected background error.
     """
     sessions = []
+    traces = []
 
     def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields):
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
@@ -239,8 +240,9 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest
         )
         session = impl.create(env)
         sessions.append(session)
+        traces.append(env.trace)
         observe(request.node, env.trace, env.termination, session)  # for the failure's cause (conformance/report/causes.py)
         return session
 
     yield make
-    close_and_check(sessions, gates=[gate])
+    close_and_check(sessions, gates=[gate], traces=traces)

@@ -131,7 +131,7 @@ if __name__ == "__main__":
 
 BACKSLASH, QUOTES = chr(92), chr(34) * 3
 # Placements of a decision state on the injected clock (conformance/suite/test_decision.py's): how long before now it started.
-OFFSETS = {"just started": "0.0", "exactly at the deadline": "budget", "a second past the deadline": "(budget + 1.0)",
+OFFSETS = {"just started": "0.0", "one tick before the deadline": "math.nextafter(budget, -math.inf)", "exactly at the deadline": "budget", "a second past the deadline": "(budget + 1.0)",
            "one tick past the deadline": "math.nextafter(budget, math.inf)"}
 
 

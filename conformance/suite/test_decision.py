@@ -18,7 +18,7 @@ from conformance.report import decision_rows
 from conformance.oracles.outcome import assert_no_violations
 from spec.config import Policy, TerminationConfig
 from spec.decision import DecisionState, combine, enumerate_states
-from spec.profiles import Profile
+from spec.profiles import Profile, TimerStart
 from spec.timeout import timeout_budget
 from spec.trace import EventKind
 
@@ -50,7 +50,26 @@ def placements(state: DecisionState, config: TerminationConfig, now: float) -> l
     assert now - deadline_start == timeout_budget(config, state.hit_pages), "test setup: the deadline is not exact on the clock"
     if state.timed_out:
         return [("a second past the deadline", deadline_start - 1.0), ("one tick past the deadline", math.nextafter(deadline_start, -math.inf))]
-    return [("just started", now), ("exactly at the deadline", deadline_start)]
+    return [("just started", now), ("one tick before the deadline", math.nextafter(deadline_start, math.inf)), ("exactly at the deadline", deadline_start)]
+
+
+AT_THE_DEADLINE = "exactly at the deadline"
+
+
+def timer_clause(profile: Profile, state: DecisionState, seen: list[tuple[str, bool | None]]) -> str | None:
+    """When the cache's own timed-out verdict (its VOTE's state) is off somewhere: T2 if only exactly at the deadline, else T1.
+
+    `>=` for `>` is wrong exactly at the deadline and nowhere else; a budget
+    that is off moves the deadline, so the verdict is wrong one tick before or
+    past it, or further. Judged where the deadline counts from the
+    operation's start, as these placements do.
+    """
+    if profile.timer_start is not TimerStart.OPERATION_START or state.policy is not Policy.TIMEOUT:
+        return None  # only the timeout policy keeps a timer
+    wrong = [where for where, timed_out in seen if timed_out is not None and timed_out != state.timed_out]
+    if not wrong:
+        return None
+    return profile.boundary_clause if wrong == [AT_THE_DEADLINE] else "T1"
 
 
 def start_for(state: DecisionState, config: TerminationConfig, now: float) -> float:
@@ -71,20 +90,22 @@ def test_every_decision_state(impl, make_cache, clock, trace, policy, request, p
     wrong, rows = [], []
     for state in states:
         want = profile.decide([state])[0]
-        results = []
+        results, seen = [], []
         for where, start in placements(state, config, clock.now()):
             mark = len(trace.events())
             got = bool(cache.can_terminate(cache.make_operation(state, start_time=start)))
             votes = votes_since(trace, mark)
             results.append((where, got, bool(votes[-1].value) if votes else None))
+            seen.append((where, votes[-1].state.timed_out if votes and votes[-1].state is not None else None))
         # Wrong only next to the deadline (right further from it): the boundary is off.
-        boundary_only = results[0][1] == want and results[1][1] != want
+        boundary_only = results[0][1] == want and any(got != want for _, got, _ in results[1:])
+        timer = timer_clause(profile, state, seen)
         for where, got, vote in results:
             vote_wrong = vote is not None and vote != profile.vote(state)
-            clause = profile.boundary_clause if boundary_only else decision_clause(profile, state)
+            clause = timer or (profile.boundary_clause if boundary_only else decision_clause(profile, state))
             if got != want or vote_wrong:
                 # A wrong vote breaks the vote's clause, whatever the decision then was.
-                row_clause = profile.vote_clause(state) if vote_wrong and not boundary_only else clause
+                row_clause = profile.vote_clause(state) if vote_wrong and not boundary_only and not timer else clause
                 rows.append(decision_rows.row(state, where=where, clause=row_clause, expected_vote=profile.vote(state), got_vote=vote,
                                               expected_decision=want, got_decision=got))
             if got != want:

@@ -164,22 +164,34 @@ def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, g
 
 # --- F4 / S3: two prefetches of one prefix ------------------------------------------------------
 
-@pytest.mark.clause("F4", "F8", "S3", "S5")
-@pytest.mark.parametrize("policy", ["best_effort", "wait_complete"])
-@pytest.mark.needs("pool:mamba", "default_pool:mamba")
-def test_two_prefetches_of_one_prefix_leave_one_state(impl, make_cache, trace, policy):
-    """Both commit the whole prefix: the second finds the node already carrying a state, so its own state must be released."""
+def prefetch_one_prefix_twice(make_cache, trace, policy: str, seed: int) -> None:
+    """Two prefetches of one stored prefix, both loaded before either commits: both commit it whole, the second over the first."""
     cache, config = make(make_cache, policy)
-    tokens, data = stored_request(cache, seed=39, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=PS)
     for request_id in ("r1", "r2"):
         assert cache.prefetch(request_id, tokens) == len(tokens)
     for request_id in ("r1", "r2"):
         cache.wait_prefetch_io(request_id)
     done = drive(cache, ["r1", "r2"], trace=trace)
-    assert done == {"r1": len(tokens), "r2": len(tokens)}, f"F3: both prefetches loaded every page, so both commit all {len(tokens)} tokens (got {done})"
+    assert done == {"r1": len(tokens), "r2": len(tokens)}, f"F11: both prefetches loaded every page, so both commit all {len(tokens)} tokens (got {done})"
     served(cache, tokens, data, len(tokens))
-    cache.evict_all()  # the tree lets go of everything: a state slot it lost track of stays allocated
+    cache.evict_all()  # the tree lets go of everything: a slot it lost track of stays allocated
     close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
+@pytest.mark.clause("F8", "S3", "S5")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete"])
+def test_two_prefetches_of_one_prefix_keep_one_copy(impl, make_cache, trace, policy):
+    """The second's pages are already in the tree: its slots are duplicates, released and freed once."""
+    prefetch_one_prefix_twice(make_cache, trace, policy, seed=40)
+
+
+@pytest.mark.clause("F4", "F8", "S3", "S5")
+@pytest.mark.parametrize("policy", ["best_effort", "wait_complete"])
+@pytest.mark.needs("pool:mamba", "default_pool:mamba")
+def test_two_prefetches_of_one_prefix_leave_one_state(impl, make_cache, trace, policy):
+    """The second finds the node already carrying a state, so its own state must be released."""
+    prefetch_one_prefix_twice(make_cache, trace, policy, seed=39)
 
 
 # --- F9: no free under a pending copy ------------------------------------------------------------

@@ -291,3 +291,15 @@ def test_a_diff_shows_the_change(tmp_path):
     assert m.diff.splitlines()[:2] == ["--- a/snippet.py", "+++ b/snippet.py"]
     assert [line for line in m.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")] == [
         "-    return min(a, b)", "+    return max(a, b)"]
+
+
+def test_a_page_count_that_feeds_a_timeout_budget_expects_the_budget_clause(tmp_path):
+    """Inline in the decision, the budget's page count is T1's, the completion predicate's D2/D4/D5."""
+    mutants = mutate(tmp_path, """
+        def f(self, hit_pages, completed, elapsed, limits):
+            complete = completed == hit_pages * self.page_size
+            hit_tokens = hit_pages * self.page_size
+            budget_s = min(limits.timeout_max_s, limits.timeout_base_s + hit_tokens / 1024)
+            return complete or elapsed > budget_s
+        """, "page_plus_one")
+    assert [(m.line, m.expected) for m in mutants] == [(2, ("D2", "D4", "D5")), (3, ("T1",))]

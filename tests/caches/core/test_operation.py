@@ -383,3 +383,38 @@ def test_expiry_with_nothing_loaded_revokes_and_frees_the_hung_slots_only_when_t
     h.op.drain()
     assert sorted(h.frees("kv")) == sorted(h.page(0) + h.page(1)) and h.free_kv_slots() == 8 * PS
     assert h.violations() == []
+
+
+# --- the lock discipline, as the suite judges it (spec/fence_lock.py) ---------------------------
+
+def _one_full_life(op: PrefetchOperation, h: "Harness") -> None:
+    """Every fenced section once: hit, a batch begun and ended, a trim, terminate, insert, release, drain."""
+    op.set_hit(3)
+    started = op.begin_io("kv", h.page(0) + h.page(1))
+    op.end_io(started, "kv", h.page(0), h.page(1), tokens=PS)
+    op.trim_hit(1)
+    op.finish_transfers()
+    op.progress()
+    op.terminate(1)
+    op.take_for_insert("kv", h.page(0))
+    op.take_for_insert("indexer", h.page(0))
+    op.release_idle()
+    op.drain()
+
+
+def test_every_fenced_section_runs_under_the_operations_lock():
+    h = Harness()
+    _one_full_life(h.op, h)
+    assert h.trace.unfenced() == ()
+    assert check(h.trace.trace(), clauses=["fence_lock"]) == []
+
+
+def test_an_operation_whose_lock_cannot_tell_its_owner_is_reported_at_every_section():
+    h = Harness()
+    h.op.lock = threading.Lock()  # what a dropped `with self.lock:` looks like to the recorder
+    _one_full_life(h.op, h)
+    sections = [entered.section for entered in h.trace.unfenced()]
+    assert {"set_hit", "begin_io", "end_io", "trim_hit", "finish_transfers", "snapshot", "terminate",
+            "take_for_insert", "release", "drain"} <= set(sections)
+    clauses = {v.clause for v in check(h.trace.trace(), clauses=["fence_lock"])}
+    assert clauses == {"F1", "F2", "F5", "S1", "S3"}
