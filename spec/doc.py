@@ -16,6 +16,7 @@ from spec.profiles import PROFILES
 from spec.verdicts import VERDICT_MEANINGS
 from spec.config import DEFAULT_TIMEOUT_BASE_S, DEFAULT_TIMEOUT_MAX_S, DEFAULT_TIMEOUT_PER_KI_TOKEN_S
 from spec.decision import EXAMPLE_HIT_PAGES, completion_level, pool_state
+from spec.fence_lock import FENCED_SECTIONS
 from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations
 from spec.trace import EVENT_FIELDS, IO_DIRECTIONS
 
@@ -130,6 +131,19 @@ def render() -> str:
     add("|---|---|---|")
     for kind, (fields, meaning) in EVENT_FIELDS.items():
         add(f"| `{kind.value}` | {fields} | {meaning} |")
+    add("")
+    add("## Lock discipline\n")
+    add(
+        "An implementation that takes each operation's lock from its recorder (`TraceRecorder.fence_lock()`) "
+        "and states, inside each fenced section, which one it is in (`TraceRecorder.check_fenced(section, lock)`) "
+        "has its lock discipline judged: a section entered by a thread that does not hold that operation's lock "
+        "breaks the clause the lock keeps (spec/fence_lock.py; the trace checker `fence_lock`). "
+        "Production recorders hand out plain locks and check nothing.\n"
+    )
+    add("| Section | Clause | What the lock makes atomic |")
+    add("|---|---|---|")
+    for section, (kept, what) in FENCED_SECTIONS.items():
+        add(f"| `{section}` | {kept} | {what} |")
     add("")
     return "\n".join(out)
 

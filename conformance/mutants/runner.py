@@ -2,7 +2,8 @@
 
 The suite runs in a child process, `python -m pytest --pyargs conformance
 -x` under xdist, in the caller's directory and environment, so it runs as
-the user runs it (their pytest configuration included). A mutant reaches
+the user runs it (their pytest configuration included), after its decision
+table alone (FIRST_PHASE), so that a change to the vote is named by the vote's clause. A mutant reaches
 every process of the run through the import hook (importhook.py); the
 first failure and the clauses it names come back through the
 first_failure plugin. A run past its time limit is killed with its whole
@@ -53,10 +54,29 @@ class RunOutcome:
                 "message": self.message, "applied_in_processes": self.applied_in, "exit_status": self.exit_status}
 
 
-def pytest_command(options: SuiteOptions) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "--cache-impl", options.impl, "-x", "-q",
-               "-p", "conformance.mutants.first_failure", "-p", "no:cacheprovider", "-n", options.jobs]
+# The suite's cause-level tests, run alone and first: a change to the decision then fails the decision
+# table, naming the vote's clause, before a scenario that only sees its consequence can, whichever
+# xdist worker would have been quicker.
+FIRST_PHASE = "conformance.suite.test_decision"
+_NO_TESTS_COLLECTED = 5
+
+
+def pytest_command(options: SuiteOptions, *, target: str = "conformance", jobs: str | None = None) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--pyargs", target, "--cache-impl", options.impl, "-x", "-q",
+               "-p", "conformance.mutants.first_failure", "-p", "no:cacheprovider", "-n", jobs or options.jobs]
     return command + (["-k", options.keyword] if options.keyword else [])
+
+
+def _run(command: list[str], env: dict[str, str], log_path: Path, limit_s: float | None) -> int | None:
+    """The exit status, or None when the run passed its limit (then its whole process group is killed)."""
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            return child.wait(limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # the run's own group: pytest, its workers, the ranks they started
+            child.wait()
+            return None
 
 
 def run_suite(options: SuiteOptions, workdir: Path, *, module: str | None = None, file: str | None = None,
@@ -76,15 +96,12 @@ def run_suite(options: SuiteOptions, workdir: Path, *, module: str | None = None
         site = importhook.write_site(workdir)
         env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
     log_path = workdir / "pytest.log"
+    log_path.write_bytes(b"")
     started = time.monotonic()
-    with open(log_path, "wb") as log:
-        child = subprocess.Popen(pytest_command(options), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            code = child.wait(options.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # the run's own group: pytest, its workers, the ranks they started
-            child.wait()
-            code = None
+    code = _run(pytest_command(options, target=FIRST_PHASE, jobs="0"), env, log_path, options.timeout_s)
+    if code in (0, _NO_TESTS_COLLECTED):  # the decision table passed (or -k left none of it): the whole suite
+        left = None if options.timeout_s is None else max(options.timeout_s - (time.monotonic() - started), 1.0)
+        code = _run(pytest_command(options), env, log_path, left)
     seconds = time.monotonic() - started
     return _outcome(workdir, code, seconds, log_path, mutated=source is not None)
 

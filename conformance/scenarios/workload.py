@@ -55,6 +55,33 @@ def store(cache, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> Non
     cache.evict_all()
 
 
+def checked_progress(cache, request_ids: Sequence[str]) -> dict[str, int]:
+    """One scheduler check. An exception from it after a background thread failed is that failure's (L5), said as such."""
+    __tracebackhide__ = True
+    try:
+        return cache.check_progress(request_ids)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        failed = background_errors(cache)
+        if not failed:
+            raise
+        raise AssertionError(f"L5: a check of {list(request_ids)} raised {type(exc).__name__} after the implementation's background "
+                             f"threads failed, so the prefetch cannot end as L1 and L2 say: " + "; ".join(failed)) from exc
+
+
+def assert_whole_commit(done: dict[str, int], request_id: str, tokens: int, when: str) -> None:
+    """Every page loaded: the check must end the prefetch (L1) and commit all of it (F11), never more (F3)."""
+    __tracebackhide__ = True
+    if request_id not in done:
+        raise AssertionError(f"L1: {when}, {request_id} did not end (got {done})")
+    committed = done[request_id]
+    if committed > tokens:
+        raise AssertionError(f"F3: {request_id} committed {committed} tokens, more than the {tokens} that loaded ({when})")
+    if committed < tokens:
+        raise AssertionError(f"F11: {request_id} committed {committed} of {tokens} tokens though every page loaded ({when}); L1 promises the whole hit")
+
+
 def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50, trace: TraceRecorder | None = None) -> dict[str, int]:
     """Scheduler steps over the same agreed id list until every id finished (bounded).
 
@@ -68,7 +95,7 @@ def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50, trace: Trac
     for _ in range(max_steps):
         if not pending:
             return finished
-        done = cache.check_progress(pending)
+        done = checked_progress(cache, pending)
         finished.update(done)
         pending = [r for r in pending if r not in done]
     if not pending:

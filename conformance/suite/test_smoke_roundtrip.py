@@ -2,10 +2,11 @@ import pytest
 import torch
 
 from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.scenarios.workload import assert_whole_commit, checked_progress
 from spec import check
 
 
-@pytest.mark.clause("S5")
+@pytest.mark.clause("S5", "L1", "F11", "F3", "F8")
 def test_roundtrip_through_storage(make_cache, trace):
     cache = make_cache(policy="wait_complete")
     tokens = list(range(1, 17))
@@ -22,8 +23,7 @@ def test_roundtrip_through_storage(make_cache, trace):
     requested = cache.prefetch("r1", tokens)
     assert requested == 16, f"F8: a prefetch of 16 stored tokens requested {requested}"
     cache.wait_prefetch_io("r1")
-    done = cache.check_progress(["r1"])
-    assert done == {"r1": 16}, f"L1: the first check after the IO ended must commit all 16 tokens, got {done}"
+    assert_whole_commit(checked_progress(cache, ["r1"]), "r1", 16, "the first check after the IO ended")
     loaded = cache.load_back(tokens)
     assert loaded.tokens == 16, f"F8: 16 tokens committed but a match now loads {loaded.tokens}"
     assert_loaded_bytes(cache, loaded, data, len(tokens))  # every pool; a window pool: the window before the end
