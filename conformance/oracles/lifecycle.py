@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from spec.invariants import check
+
 
 def background_errors(instance: Any) -> list[str]:
     report = getattr(instance, "background_errors", None)  # optional member of the protocol
@@ -54,8 +56,6 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
 def assert_fence_lock_kept(traces: Iterable[Any]) -> None:
     """Every fenced section a recorder checked ran under its operation's lock (spec/fence_lock.py); judged after every test."""
     __tracebackhide__ = True
-    from spec.invariants import check  # here, not at import: the controller process imports this module and no spec checker
-
     unique = {id(trace): trace for trace in traces}.values()
     violations = [v for trace in unique for v in check(trace.trace(), clauses=["fence_lock"])]
     assert not violations, "\n".join(str(v) for v in violations[:3]) + (f"\n... {len(violations) - 3} more" if len(violations) > 3 else "")
