@@ -21,6 +21,7 @@ from spec.errors import ConfigError
 from spec.groups import group_members
 from spec.profiles import Profile, TimerStart, kv_landed, profile as find_profile
 from spec.timeout import is_timed_out, timeout_budget
+from spec.fence_lock import UnfencedSection
 from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
 
 
@@ -586,8 +587,13 @@ def check_l4(ctx: CheckContext) -> Iterator[Violation]:
 def check_fence_lock(ctx: CheckContext) -> Iterator[Violation]:
     """F1, F2, F5, F7, S1, S3, L4 where kept by a lock: each fenced section entered without the operation's lock (spec/fence_lock.py)."""
     for rank, trace in sorted(ctx.traces.items()):
-        for entered in trace.unfenced:
-            yield Violation(entered.clause, f"rank {rank}: {entered.describe()}")
+        yield from unfenced_violations(rank, trace.unfenced)
+
+
+def unfenced_violations(rank: int, unfenced: Iterable[UnfencedSection]) -> Iterator[Violation]:
+    """The fence_lock checker's verdicts from a recorder's unfenced sections alone (no events needed)."""
+    for entered in unfenced:
+        yield Violation(entered.clause, f"rank {rank}: {entered.describe()}")
 
 
 def _fmt(calls: Sequence[tuple[str, str | None]]) -> str:

@@ -192,9 +192,8 @@ class TraceRecorder:
             raise ConfigError("section", section, ", ".join(FENCED_SECTIONS))
         if isinstance(lock, FenceLock) and lock.held_by_current_thread():
             return
-        entered = UnfencedSection(section, op, threading.current_thread().name, self.position())
         with self._lock:
-            self._unfenced.append(entered)
+            self._unfenced.append(UnfencedSection(section, op, threading.current_thread().name, len(self._events)))
 
     def unfenced(self) -> tuple[UnfencedSection, ...]:
         with self._lock:

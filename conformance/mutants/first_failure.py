@@ -70,10 +70,8 @@ class FirstFailure:
 
     def first(self) -> dict[str, Any] | None:
         """The failure earliest in collection order (one not in it, a collection error say, before every test)."""
-        if not self.failures:
-            return None
-        arrival = {id(f): n for n, f in enumerate(self.failures)}
-        return min(self.failures, key=lambda f: (self.order.get(f["nodeid"], -1), arrival[id(f)]))
+        ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures)]
+        return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
         self.path.write_text(json.dumps({"first_failure": self.first(), "failures": len(self.failures), "counts": self.counts,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conformance.mutants import importhook
 from conformance.mutants.first_failure import RESULT_ENV
 
@@ -58,7 +60,6 @@ class RunOutcome:
 # table, naming the vote's clause, before a scenario that only sees its consequence can, whichever
 # xdist worker would have been quicker.
 FIRST_PHASE = "conformance.suite.test_decision"
-_NO_TESTS_COLLECTED = 5
 
 
 def pytest_command(options: SuiteOptions, *, target: str = "conformance", jobs: str | None = None) -> list[str]:
@@ -99,7 +100,7 @@ def run_suite(options: SuiteOptions, workdir: Path, *, module: str | None = None
     log_path.write_bytes(b"")
     started = time.monotonic()
     code = _run(pytest_command(options, target=FIRST_PHASE, jobs="0"), env, log_path, options.timeout_s)
-    if code in (0, _NO_TESTS_COLLECTED):  # the decision table passed (or -k left none of it): the whole suite
+    if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):  # the decision table passed (or -k left none of it): the whole suite
         left = None if options.timeout_s is None else max(options.timeout_s - (time.monotonic() - started), 1.0)
         code = _run(pytest_command(options), env, log_path, left)
     seconds = time.monotonic() - started

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from spec.invariants import check
+from spec.invariants import unfenced_violations
 
 
 def background_errors(instance: Any) -> list[str]:
@@ -35,7 +35,6 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
         gate.release_all()
     # Listed before closing too: an implementation may forget its threads once closed.
     started = [list(instance.threads()) for instance in instances]
-    traces = list(traces)
     first_error: BaseException | None = None
     for instance in instances:
         try:
@@ -57,5 +56,5 @@ def assert_fence_lock_kept(traces: Iterable[Any]) -> None:
     """Every fenced section a recorder checked ran under its operation's lock (spec/fence_lock.py); judged after every test."""
     __tracebackhide__ = True
     unique = {id(trace): trace for trace in traces}.values()
-    violations = [v for trace in unique for v in check(trace.trace(), clauses=["fence_lock"])]
+    violations = [v for trace in unique for v in unfenced_violations(trace.rank, trace.unfenced())]
     assert not violations, "\n".join(str(v) for v in violations[:3]) + (f"\n... {len(violations) - 3} more" if len(violations) > 3 else "")

@@ -127,10 +127,21 @@ def stored_request(cache, *, seed: int, pages: int, page_size: int) -> tuple[lis
     return tokens, data
 
 
+def page_write_keys(trace: TraceRecorder, pool: str) -> list[str]:
+    """The page keys the trace's page writes name for a pool, in the order written."""
+    return [k for e in trace.events() if e.kind is EventKind.PAGE_WRITE and e.pool == pool for k in e.keys]
+
+
 def pool_files(storage_dir: Path, pool: str, trace: TraceRecorder | None = None) -> set[Path]:
     """Stored pages of an extra pool: files whose name ends with '.<pool>', or with a key the trace's page writes name for it."""
-    keys = {k for e in trace.events() if e.kind is EventKind.PAGE_WRITE and e.pool == pool for k in e.keys} if trace is not None else set()
-    return {p for p in Path(storage_dir).rglob("*") if p.is_file() and (p.name.endswith(f".{pool}") or any(p.name.endswith(k) for k in keys))}
+    keys = page_write_keys(trace, pool) if trace is not None else []
+    return {p for p in Path(storage_dir).rglob("*") if p.is_file() and p.name.endswith((f".{pool}", *keys))}
+
+
+def key_files(storage_dir: Path, keys: Iterable[str]) -> set[Path]:
+    """Stored files named by these page keys (their names end with one); empty where a layout names files otherwise."""
+    keys = tuple(keys)
+    return {p for p in Path(storage_dir).rglob("*") if p.is_file() and p.name.endswith(keys)} if keys else set()
 
 
 def remove_files(paths: Iterable[Path]) -> int:

@@ -44,16 +44,16 @@ def decision_clause(profile: Profile, state: DecisionState) -> str:
 EXACT_TIMEOUTS = dict(timeout_base_s=2.0, timeout_per_ki_token_s=0.5, timeout_max_s=30.0)
 
 
+AT_THE_DEADLINE = "exactly at the deadline"
+
+
 def placements(state: DecisionState, config: TerminationConfig, now: float) -> list[tuple[str, float]]:
     """Start times that put `state` on its side of the deadline, far from it, then next to it: (where, start)."""
     deadline_start = now - timeout_budget(config, state.hit_pages)
     assert now - deadline_start == timeout_budget(config, state.hit_pages), "test setup: the deadline is not exact on the clock"
     if state.timed_out:
         return [("a second past the deadline", deadline_start - 1.0), ("one tick past the deadline", math.nextafter(deadline_start, -math.inf))]
-    return [("just started", now), ("one tick before the deadline", math.nextafter(deadline_start, math.inf)), ("exactly at the deadline", deadline_start)]
-
-
-AT_THE_DEADLINE = "exactly at the deadline"
+    return [("just started", now), ("one tick before the deadline", math.nextafter(deadline_start, math.inf)), (AT_THE_DEADLINE, deadline_start)]
 
 
 def timer_clause(profile: Profile, state: DecisionState, seen: list[tuple[str, bool | None]]) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.scenarios.races import all_pages_extra_pools, close_and_check_trace, io_start, op_events, pool_files, remove_files, served, stored_request
+from conformance.scenarios.races import all_pages_extra_pools, close_and_check_trace, io_start, key_files, op_events, page_write_keys, pool_files, remove_files, served, stored_request
 
 from conformance.oracles.outcome import trailing_pools
 from conformance.oracles.outcome import assert_loaded_bytes
@@ -38,12 +38,6 @@ def held_transfer(cache, where: str):
 
 # --- F1: terminate stops IO ------------------------------------------------------------
 
-def kv_page_files(storage_dir, trace, page: int) -> set:
-    """The stored files of one KV page (by the key its PAGE_WRITE names); empty where the layout names files otherwise."""
-    keys = [k for e in trace.events() if e.kind is EventKind.PAGE_WRITE and e.pool == "kv" for k in e.keys]
-    return {p for p in storage_dir.rglob("*") if p.is_file() and p.name.endswith(keys[page])} if page < len(keys) else set()
-
-
 @pytest.mark.io_order("kv_then_extras", "holds a KV batch and expects it alone in flight")
 @pytest.mark.clause("F1", "F5", "S2", "S3")
 @pytest.mark.parametrize("batch", ["whole", "partly_missing"])
@@ -56,7 +50,7 @@ def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clo
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     if batch == "partly_missing":
-        files = kv_page_files(tmp_path / "storage", trace, 1)
+        files = key_files(tmp_path / "storage", page_write_keys(trace, "kv")[1:2])
         if not files:
             pytest.skip(f"{impl.name}'s storage names no file by the page key its page_write records")
         remove_files(files)

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLES = Path(__file__).resolve().parent / "samples"
+# Test modules here import the shared samples module directly (tests are not a package).
+sys.path.insert(0, str(Path(__file__).parent))
+from upstream_samples import SAMPLES  # noqa: E402
 SUMMARY = re.compile(r"^hicache-lint: \d+ methods? checked in ")
 
 

@@ -12,13 +12,8 @@ import subprocess
 from pathlib import Path
 
 from lint.history import main
+from upstream_samples import CACHE, CONTROLLER, FIXED, KV_ONLY, PREFIX, SAMPLES
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
-PREFIX = (SAMPLES / "upstream" / "hiradix_prefix.py.txt").read_text()
-FIXED = (SAMPLES / "upstream" / "hiradix_fixed.py.txt").read_text()
-KV_ONLY = PREFIX.split("\n    def _get_extra_pools")[0] + "\n"
-CACHE = Path("python", "sglang", "srt", "mem_cache", "hiradix_cache.py")
-CONTROLLER = Path("python", "sglang", "srt", "managers", "cache_controller.py")
 UNRELATED = Path("README.md")
 
 

@@ -18,12 +18,8 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
-PREFIX = (SAMPLES / "upstream" / "hiradix_prefix.py.txt").read_text()
-FIXED = (SAMPLES / "upstream" / "hiradix_fixed.py.txt").read_text()
-KV_ONLY = PREFIX.split("\n    def _get_extra_pools")[0] + "\n"
-CACHE = Path("python", "sglang", "srt", "mem_cache", "hiradix_cache.py")
-CONTROLLER = Path("python", "sglang", "srt", "managers", "cache_controller.py")
+from upstream_samples import CACHE, CONTROLLER, FIXED, KV_ONLY, PREFIX, SAMPLES
+
 FIXED_GUARD = ('        if (\n            completed\n            and getattr(operation, "pool_transfers", None)\n'
                '            and not getattr(operation, "pool_transfers_done", True)\n        ):\n')
 REDUCE = "        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)\n"
