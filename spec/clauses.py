@@ -204,7 +204,7 @@ _CLAUSES = [
            "best_effort returns before the guard, and the commit inserts whatever completed_tokens says (window 1).",
            (f"{HIRADIX}: HiRadixCache.can_terminate_prefetch and check_prefetch_progress",)),
     Clause("F7", "F", "Revoke terminates",
-           "A revoked operation is marked terminated and done under its lock, no IO starts after, and every slot is freed once its IO ended.",
+           "A prefetch whose agreed hit, counted in pages usable in every pool it loads, is below the threshold is revoked; a revoked operation is marked terminated and done under its lock, no IO starts after, and every slot is freed once its IO ended.",
            "A revoked operation left unterminated can still start IO into slots that were freed.",
            Stance.CORRECTS,
            "The prefetch thread revokes a short hit by queueing its request id and releasing its host slots; the operation is never marked terminated and pool_transfers_done stays false (window 4).",

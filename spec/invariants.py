@@ -188,17 +188,30 @@ def check_s4(ctx: CheckContext) -> Iterator[Violation]:
 
 
 def check_s5(ctx: CheckContext) -> Iterator[Violation]:
-    """S5: loaded-back bytes equal the stored bytes, page by page, in every pool."""
+    """S5: loaded-back bytes equal the stored bytes, page by page, in every pool; a load's page keys fill exactly their slots."""
     for trace in ctx.traces.values():
         stored: dict[str, str] = {}
+        shapes: dict[str, tuple[int, set]] = {}  # op -> (page_size, state pools) from its OP_START
         for e in trace.events:
-            if e.kind is EventKind.PAGE_WRITE:
+            if e.kind is EventKind.OP_START and isinstance(e.value, dict) and isinstance(e.value.get("page_size"), int):
+                shapes[e.op] = (e.value["page_size"], set(e.value.get("state_pools", ())))
+            elif e.kind is EventKind.IO_START and e.value == LOAD and e.keys and e.op in shapes:
+                yield from _load_shape(e, *shapes[e.op])
+            elif e.kind is EventKind.PAGE_WRITE:
                 stored.update(zip(e.keys, e.digests))
             elif e.kind is EventKind.LOAD_BACK:
                 for index, (key, digest) in enumerate(zip(e.keys, e.digests)):
                     if key in stored and stored[key] != digest:
                         slot = e.slots[index] if index < len(e.slots) else None
                         yield Violation("S5", f"loaded-back bytes of page {key} differ from the stored bytes", e, slot)
+
+
+def _load_shape(e: Event, page_size: int, state_pools: set) -> Iterator[Violation]:
+    """One unit of slots per page key: a page (page_size slots) in a token pool, one slot in a state pool."""
+    width = 1 if e.pool in state_pools else page_size
+    if len(e.slots) != len(e.keys) * width:
+        yield Violation("S5", f"{e.op}: a load of {len(e.keys)} page key(s) of pool {e.pool} into {len(e.slots)} slots "
+                              f"({width} per key): a page's bytes would land in another page's slots, or a slot stay unloaded", e)
 
 
 # --- fence -------------------------------------------------------------------

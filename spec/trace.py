@@ -63,11 +63,11 @@ IO_DIRECTIONS = (LOAD, BACKUP, LOAD_BACK_COPY, WRITE_BACK_COPY)
 
 # What each kind must carry besides seq, kind, rank and t.
 EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
-    EventKind.OP_START: ("op, value={'policy', 'requested_pages', 'io_timeout_s'?, 'window_pools'?}", "a prefetch operation was created (start time = t; io_timeout_s: the bound on each of its transfers, L4; window_pools: its TRAILING_WINDOW pools, F10)"),
+    EventKind.OP_START: ("op, value={'policy', 'requested_pages', 'page_size'?, 'io_timeout_s'?, 'window_pools'?, 'state_pools'?}", "a prefetch operation was created (start time = t; io_timeout_s: the bound on each of its transfers, L4; window_pools: its TRAILING_WINDOW pools, F10; page_size and state_pools, the pools of one slot per state: how many slots a page key of each pool fills, S5)"),
     EventKind.ALLOC: ("op, pool, space, slots", "slots were allocated for the operation"),
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
     EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
-    EventKind.IO_START: ("op?, pool, space, slots, io, value=direction", "a copy into or out of these slots began"),
+    EventKind.IO_START: ("op?, pool, space, slots, io, value=direction, keys?", "a copy into or out of these slots began (keys: the page keys a load reads, in slot order; with the OP_START's page_size, S5 checks that each fills exactly its page's slots)"),
     EventKind.IO_LANDED: ("op, pool, space, slots, io", "optional: that copy's storage call returned (its bytes are in its slots); its IO_END, and the progress it publishes, come next. Gated after recording, so a harness can hold the IO at its end"),
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
     EventKind.IO_EXPIRED: ("op, pool, space, slots, io, value=io_timeout_s", "that copy ran past its bound: it counts as failed, its slots stay excluded until its IO_END (L4)"),

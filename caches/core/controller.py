@@ -227,7 +227,7 @@ class StorageController:
         for first in range(0, len(hashes), self.batch_pages):
             last = min(len(hashes), first + self.batch_pages)
             slots = kv_plan.slots[first * ps : last * ps].tolist()
-            start = op.begin_io("kv", slots)
+            start = op.begin_io("kv", slots, keys=hashes[first:last])
             if start is None:
                 break
             ok = self._get(op, start, "kv", hashes[first:last], slots[::ps], ps)
@@ -259,7 +259,7 @@ class StorageController:
                 count = pages if plan.hit_policy is HitPolicy.ALL_PAGES else plan.trailing_pages(ps, pages)
                 slots = plan.slots[: count * ps].tolist()
                 keys, firsts, width = hashes[pages - count :], slots[::ps], ps
-            start = op.begin_io(plan.pool, slots)
+            start = op.begin_io(plan.pool, slots, keys=keys)
             if start is None:  # terminated meanwhile: end what was begun, untouched
                 for b_plan, b_start, b_slots, *_ in begun:
                     op.end_io(b_start, b_plan.pool, (), b_slots)

@@ -239,7 +239,7 @@ class PrefetchOperation:
 
     # --- the IO thread ------------------------------------------------------
 
-    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD) -> InFlightIO | None:
+    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD, keys: Sequence[str] = ()) -> InFlightIO | None:
         """Start IO into these slots (whole units), or None when terminated (F1) or an IO expired (L4).
 
         Gate the returned event after releasing locks.
@@ -251,7 +251,7 @@ class PrefetchOperation:
             io = self.trace.next_io_id()
             for unit in self._units(pool, slots):
                 self._in_flight[pool][unit] = io
-            event = self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction)
+            event = self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction, keys=keys)
             started = InFlightIO(event, io, pool, tuple(int(s) for s in slots), self.clock.now())
             self._open[io] = started
             return started

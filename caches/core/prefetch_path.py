@@ -107,7 +107,7 @@ class PrefetchPath(CorePart):
             EventKind.OP_START,
             op=request_id,
             value={"policy": self.config.termination.policy.value, "start": started, "page_size": ps, "requested_pages": pages,
-                   "io_timeout_s": self.config.io_timeout_s, "window_pools": list(windows)},
+                   "io_timeout_s": self.config.io_timeout_s, "window_pools": list(windows), "state_pools": list(self.pools.state_pools)},
         )
         slots = self.slots.alloc(HOST, KV_GROUP, pages * ps, op=request_id)
         assert slots is not None  # room was made above

@@ -21,6 +21,7 @@ from caches.core.prefetch_path import PrefetchPath
 from caches.core.reducer import Reducer
 from spec.clock import Clock
 from spec.config import TerminationConfig
+from spec.errors import ConfigError
 from spec.decision import UNTRACKED_PAYLOAD, VOTE_COLLECTIVE, DecisionState
 from spec.fence import COMMIT_COLLECTIVE, untracked_commit_payload
 from spec.trace import EventKind, TraceRecorder
@@ -82,15 +83,20 @@ class SchedulerStep:
         """The VOTE event: this rank's vote and the state it was computed from (the decision's own code calls it)."""
         if not self.trace.enabled:
             return
-        state = DecisionState(
-            policy=self.termination.policy,
-            page_size=self.termination.page_size,
-            hit_pages=len(progress.hash_value),
-            completed_tokens=progress.completed_tokens,
-            timed_out=timed_out,
-            pool_transfers_present=progress.pool_transfers_present,
-            pool_transfers_done=progress.pool_transfers_done,
-            terminated=progress.terminated,
-        )
+        try:
+            state = DecisionState(
+                policy=self.termination.policy,
+                page_size=self.termination.page_size,
+                hit_pages=len(progress.hash_value),
+                completed_tokens=progress.completed_tokens,
+                timed_out=timed_out,
+                pool_transfers_present=progress.pool_transfers_present,
+                pool_transfers_done=progress.pool_transfers_done,
+                terminated=progress.terminated,
+            )
+        except ConfigError:
+            # Progress outside the decision's domain (more tokens than the hit): the vote is recorded without
+            # a state, which no decision clause can judge; what the cache does next is judged as it happens.
+            state = None
         # `seen`: where in the trace the snapshot was taken; IO ending after it was not seen by this vote.
         self.trace.record(EventKind.VOTE, op=op.request_id, step=self.step, value=bool(vote), state=state, seen=getattr(progress, "trace_position", None))

@@ -25,7 +25,10 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("min_max_swap", "timeout"): ("T1",),
     # A commit past the loaded pages exposes a page still under IO (S1) or one never loaded (F3).
     ("min_max_swap", "commit"): ("F3", "S1"),
-    ("min_max_swap", "hit_query"): ("F3",),
+    # The hit query's MIN over every pool is what the short-hit revoke compares (F7); past it, the commit's
+    # clamp (F3) still bounds what is inserted.
+    ("min_max_swap", "hit_query"): ("F7", "F3"),
+    ("clamp_one_pool", "hit_query"): ("F7", "F3"),
     ("min_max_swap", "io_thread"): ("S5", "L1"),
     ("reduce_swap", "decision"): ("X1",),
     # MAX agrees as well as MIN (every rank gets the same length, S4 holds); what breaks is the bound:

@@ -74,7 +74,8 @@ ROLES = (
     Role("copy_free", "frees that must wait for a pending copy", ("F9",),
          ("CopyTracker.free", "CopyTracker.poll", "CopyTracker._finish", "_run_deferred", "busy", "WritePath.insert",
           "_host_copy_pending")),
-    Role("eviction", "eviction and the pins that keep nodes", ("S1",),
+    # A pin ignored exposes a slot still under IO (S1) or frees one a copy or backup still reads (S3).
+    Role("eviction", "eviction and the pins that keep nodes", ("S1", "S3"),
          ("evict", "evict_host", "evict_path", "drop_device", "drop_host", "_device_evictable", "_host_evictable",
           "make_room", "RadixTree.lock", "RadixTree.unlock", "pin_host", "unpin_host", "device_evictable", "host_evictable",
           "pin_prefetch_anchor", "unpin_prefetch_anchor", "evict_host_states")),

@@ -14,6 +14,7 @@ import torch
 
 from conformance.oracles.lifecycle import background_errors
 from spec.config import TerminationConfig
+from spec.invariants import check
 from spec.trace import Event, EventKind, TraceRecorder
 
 
@@ -55,8 +56,13 @@ def store(cache, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> Non
     cache.evict_all()
 
 
-def checked_progress(cache, request_ids: Sequence[str]) -> dict[str, int]:
-    """One scheduler check. An exception from it after a background thread failed is that failure's (L5), said as such."""
+def checked_progress(cache, request_ids: Sequence[str], trace: TraceRecorder | None = None) -> dict[str, int]:
+    """One scheduler check. An exception from it after a background thread failed is that failure's (L5), said as such.
+
+    With the trace, a rule the trace already shows broken is named first: it
+    is what the thread did before it failed (a load into the wrong slots, say,
+    that the storage refused), and the failure is its consequence.
+    """
     __tracebackhide__ = True
     try:
         return cache.check_progress(request_ids)
@@ -66,6 +72,10 @@ def checked_progress(cache, request_ids: Sequence[str]) -> dict[str, int]:
         failed = background_errors(cache)
         if not failed:
             raise
+        broken = check(trace.trace(), None) if trace is not None else []
+        if broken:
+            raise AssertionError(f"{broken[0]} (then a check of {list(request_ids)} raised {type(exc).__name__}: the implementation's "
+                                 f"background threads failed: {'; '.join(failed)})") from exc
         raise AssertionError(f"L5: a check of {list(request_ids)} raised {type(exc).__name__} after the implementation's background "
                              f"threads failed, so the prefetch cannot end as L1 and L2 say: " + "; ".join(failed)) from exc
 
@@ -95,7 +105,7 @@ def drive(cache, request_ids: Sequence[str], *, max_steps: int = 50, trace: Trac
     for _ in range(max_steps):
         if not pending:
             return finished
-        done = checked_progress(cache, pending)
+        done = checked_progress(cache, pending, trace)
         finished.update(done)
         pending = [r for r in pending if r not in done]
     if not pending:

@@ -23,7 +23,7 @@ def test_roundtrip_through_storage(make_cache, trace):
     requested = cache.prefetch("r1", tokens)
     assert requested == 16, f"F8: a prefetch of 16 stored tokens requested {requested}"
     cache.wait_prefetch_io("r1")
-    assert_whole_commit(checked_progress(cache, ["r1"]), "r1", 16, "the first check after the IO ended")
+    assert_whole_commit(checked_progress(cache, ["r1"], trace), "r1", 16, "the first check after the IO ended")
     loaded = cache.load_back(tokens)
     assert loaded.tokens == 16, f"F8: 16 tokens committed but a match now loads {loaded.tokens}"
     assert_loaded_bytes(cache, loaded, data, len(tokens))  # every pool; a window pool: the window before the end
