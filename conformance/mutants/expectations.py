@@ -1,6 +1,6 @@
 """The clause each mutant is expected to break: by operator, by the role of the function it changes, by what it touches.
 
-The most specific entry wins: (operator, role), then (operator, hint) for
+The most specific entry wins: (operator, role, hint), (operator, role), then (operator, hint) for
 what a change touches (a combine over `terminated` breaks X1, over
 `timed_out` D5), then the operator's own, then the role's
 (conformance/mutants/roles.py). A kill whose first failure names none of
@@ -10,7 +10,8 @@ or the suite's message is off, and both are worth a look.
 The hints an operator sets: or_to_and "terminated" / "timed_out" (what the
 combine joins), reduce_swap "max_to_min" / "min_to_max", page_plus_one and
 page_minus_one "budget" (a page count that feeds a timeout budget; these
-hints come before the role, OVER_ROLE).
+hints come before the role, OVER_ROLE), remove_guard "call" (the guard's
+test makes a call, deleted with it) and "count" (it orders two values).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("min_max_swap", "hit_query"): ("F7", "F3"),
     ("clamp_one_pool", "hit_query"): ("F7", "F3"),
     ("min_max_swap", "io_thread"): ("S5", "L1"),
+    # A guard of the commit: without it pages, a state or a window past what every rank loaded go in
+    # (F3, F4, F10), possibly still under IO (S1).
+    ("remove_guard", "commit"): ("F3", "F4", "F10", "S1"),
     ("reduce_swap", "decision"): ("X1",),
     # MAX agrees as well as MIN (every rank gets the same length, S4 holds); what breaks is the bound:
     # a rank commits pages it did not load, still under IO (S1) or never loaded (F3).
@@ -47,9 +51,9 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("page_plus_one", "commit"): ("F3", "S1"),
     ("page_minus_one", "commit"): ("F11",),
     # Slots sliced one page off: bytes in the wrong slots (S5), progress the IO did not make (L1),
-    # or a slot ended twice or never (S3).
-    ("page_plus_one", "io_thread"): ("S5", "L1", "S3"),
-    ("page_minus_one", "io_thread"): ("S5", "L1", "S3"),
+    # a slot ended twice or never (S3), or one whose IO never ends committed under it (S1).
+    ("page_plus_one", "io_thread"): ("S5", "L1", "S3", "S1"),
+    ("page_minus_one", "io_thread"): ("S5", "L1", "S3", "S1"),
     ("page_minus_one", "hit_query"): ("F11",),
     ("clamp_one_pool", "commit"): ("F3", "S1"),
     ("drop_lock", "io_end"): ("F5",),
@@ -62,8 +66,26 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("drop_recheck", "io_end"): ("F5",),
     ("drop_recheck", "revoke"): ("F7",),
     ("drop_recheck", "expiry"): ("L4",),
+    # Without the early return, a check with nothing expired still declares every extra pool done:
+    # the vote then ends while a pool transfer runs (D3).
+    ("remove_guard", "expiry"): ("L4", "D3"),
+    # A guard of the hit query miscounts either way: past a pool's pages (F3, or a short hit not
+    # revoked, F7) or short of what is stored (F11).
+    ("remove_guard", "hit_query"): ("F3", "F7", "F11"),
+    # A guard of what the commit attaches: without it a state or window lands where it does not belong
+    # (F4, F10, S1), or replaces one the node already carries, whose slot then never ends (F8, S3).
+    ("remove_guard", "attach"): ("F4", "F10", "S1", "F8", "S3"),
     ("free_before_io_end", "copy_free"): ("F9",),
     **{("drop_lock", role): ("F1",) for role in _IO},
+}
+
+BY_ROLE_HINT: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # The IO loop's guards other than the termination re-checks (those are drop_recheck's):
+    # a short batch ends the loop: without it, pages after a missing one count as loaded, and the commit
+    # would insert a slot no load filled (F3);
+    ("remove_guard", "io_thread", "count"): ("F3",),
+    # the test is the call that ends the batch's IO: deleted with it, the IO never ends (L4), nor a wait for it (L1).
+    ("remove_guard", "io_thread", "call"): ("L4", "L1"),
 }
 
 BY_HINT: dict[tuple[str, str], tuple[str, ...]] = {
@@ -96,7 +118,8 @@ OVER_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
 
 
 def expected_clauses(operator: str, role: Role, hint: str = "") -> tuple[str, ...]:
-    for found in (OVER_ROLE.get((operator, hint)), BY_ROLE.get((operator, role.name)), BY_HINT.get((operator, hint)), BY_OPERATOR.get(operator)):
+    for found in (OVER_ROLE.get((operator, hint)), BY_ROLE_HINT.get((operator, role.name, hint)), BY_ROLE.get((operator, role.name)),
+                  BY_HINT.get((operator, hint)), BY_OPERATOR.get(operator)):
         if found:
             return found
     return role.clauses

@@ -350,7 +350,32 @@ def _remove_guard(function: cst.FunctionDef, code: Code) -> Iterator[Site]:
             shown = code(body[-1]).strip() if len(body) == 1 else "... " + code(body[-1]).strip()
             yield Site("remove_guard", statement, block, _without(block, index),
                        f"the guard `if {_one_line(code(statement.test), 60)}: {_one_line(shown, 40)}` is deleted",  # type: ignore[attr-defined]
-                       equivalent=_defensive(body[-1], code))
+                       equivalent=_defensive(body[-1], code), hint=_guard_hint(statement.test))  # type: ignore[attr-defined]
+
+
+_ORDERINGS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
+
+
+def _guard_hint(test: cst.BaseExpression) -> str:
+    """What a guard's test does: "call" when it makes a call (deleting the guard deletes the call), "count" when it orders two values."""
+    if _contains(test, cst.Call):
+        return "call"
+    if isinstance(test, cst.Comparison) and any(isinstance(c.operator, _ORDERINGS) for c in test.comparisons):
+        return "count"
+    return ""
+
+
+def _contains(node: cst.CSTNode, kind: type) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            nonlocal found
+            found = found or isinstance(visited, kind)
+            return not found
+
+    node.visit(Finder())
+    return found
 
 
 def _is_guard(statement: cst.BaseStatement) -> bool:

@@ -131,13 +131,19 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
 
 
 @pytest.mark.needs("hold_points")
-@pytest.mark.io_order("kv_then_extras", "holds the first KV batch's end, before the second batch could start")
+@pytest.mark.io_order("kv_then_extras", "holds a KV batch's end, before the IO thread's next transfer could start")
 @pytest.mark.clause("F1", "S2", "F5")
-def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate):
-    """The IO thread is held right after the first batch ended; the scheduler terminates; the second batch must not start."""
+@pytest.mark.parametrize("held", ["first_kv_batch", "last_kv_batch"])
+def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate, held):
+    """The IO thread is held right after a KV batch ended; the scheduler terminates; nothing may start after.
+
+    first_kv_batch: the next transfer is the second KV batch; last_kv_batch:
+    the extra pools' transfer, where the implementation has extra pools.
+    """
     cache, config = make(make_cache)
-    tokens, data, ended, done = terminated_while_held(cache, trace, gate, "first KV batch ended",
-                                                      nth_of(trace, EventKind.IO_END, "kv", 1), seed=73)
+    nth = 1 if held == "first_kv_batch" else PAGES // BATCH
+    tokens, data, ended, done = terminated_while_held(cache, trace, gate, f"KV batch {nth} ended",
+                                                      nth_of(trace, EventKind.IO_END, "kv", nth), seed=73)
     ended.release()
     trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
     cache.check_progress([])

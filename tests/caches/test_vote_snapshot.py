@@ -59,3 +59,20 @@ def test_io_ending_between_snapshot_and_vote_record_is_no_false_l1(cache_factory
     cache.check_prefetch_progress([])
     gate.close()
     assert check(trace.trace(), cache.termination, closed=False) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_vote_over_progress_past_the_hit_is_recorded_without_a_state(cache_factory, oracle, name):
+    """More tokens than the hit (a counting bug) is outside the decision's domain: the VOTE keeps its vote, not a state, and the check goes on."""
+    trace = TraceRecorder(ManualClock(1000.0))
+    cache = cache_factory.build(name, trace=trace)
+    tokens, _ = oracle.in_storage_only(cache, 32, 4)
+    assert cache.prefetch_from_storage("r1", tokens) == len(tokens)
+    cache.wait_prefetch_io("r1")
+    op = cache.ongoing_prefetch["r1"]
+    with op.lock:
+        op.completed_tokens += cache.page_size  # one page counted twice
+    cache.check_prefetch_progress(["r1"])
+    votes = [e for e in trace.events() if e.kind is EventKind.VOTE and e.op == "r1"]
+    assert votes and votes[0].state is None
+    assert not check(trace.trace(), None, clauses=["D"]), "no decision clause judges a vote it has no state for"

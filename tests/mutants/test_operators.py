@@ -303,3 +303,18 @@ def test_a_page_count_that_feeds_a_timeout_budget_expects_the_budget_clause(tmp_
             return complete or elapsed > budget_s
         """, "page_plus_one")
     assert [(m.line, m.expected) for m in mutants] == [(2, ("D2", "D4", "D5")), (3, ("T1",))]
+
+
+def test_remove_guard_says_whether_its_test_makes_a_call_or_orders_two_counts(tmp_path):
+    """The IO loop's guards: a short batch ends the loop (F3), the call ending the IO goes with its guard (L4, L1), a refused start (F1, S2)."""
+    mutants = mutate(tmp_path, """
+        def f(self, op, slots):
+            start = op.begin_io(slots)
+            if start is None:
+                return
+            if not op.end_io(start):
+                return
+            if arrived < wanted:
+                return
+        """, "remove_guard", role="io_thread")
+    assert [(m.line, m.expected) for m in mutants] == [(3, ("F1", "S2")), (5, ("L4", "L1")), (7, ("F3",))]

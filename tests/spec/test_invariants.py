@@ -217,6 +217,20 @@ def test_s5_loaded_bytes_must_equal_stored_bytes():
     assert len(violations) == 1 and violations[0].slot == 2 and "bb" in violations[0].message
 
 
+def test_s5_a_load_fills_exactly_the_slots_of_its_page_keys():
+    """One page of slots per key in a token pool, one slot per key in a state pool; an IO_START without keys is not judged."""
+    run = Run()
+    run.r(K.OP_START, value={"policy": run.policy.value, "start": 0.0, "page_size": PAGE, "requested_pages": 2, "state_pools": ["mamba"]})
+    run.r(K.IO_START, pool="kv", space=HOST, slots=KV, io=1, value=LOAD, keys=("h0", "h1"))
+    run.r(K.IO_START, pool="mamba", space=HOST, slots=(7,), io=2, value=LOAD, keys=("h1",))
+    run.r(K.IO_START, pool="kv", space=HOST, slots=KV[PAGE:], io=3, value=LOAD)
+    assert check(run.trace(), CFG, clauses=["S5"]) == []
+    run.r(K.IO_START, pool="kv", space=HOST, slots=KV[PAGE:], io=4, value=LOAD, keys=("h0", "h1"))  # a page short
+    run.r(K.IO_START, pool="mamba", space=HOST, slots=(7, 8), io=5, value=LOAD, keys=("h1",))
+    violations = check(run.trace(), CFG, clauses=["S5"])
+    assert [v.event.io for v in violations] == [4, 5] and "2 page key(s) of pool kv into 2 slots" in violations[0].message
+
+
 def test_f3_insert_without_a_completed_load():
     run = Run().start()
     run.io("kv", KV)
