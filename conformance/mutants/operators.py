@@ -358,24 +358,11 @@ _ORDERINGS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanE
 
 def _guard_hint(test: cst.BaseExpression) -> str:
     """What a guard's test does: "call" when it makes a call (deleting the guard deletes the call), "count" when it orders two values."""
-    if _contains(test, cst.Call):
+    if _calls(test):
         return "call"
     if isinstance(test, cst.Comparison) and any(isinstance(c.operator, _ORDERINGS) for c in test.comparisons):
         return "count"
     return ""
-
-
-def _contains(node: cst.CSTNode, kind: type) -> bool:
-    found = False
-
-    class Finder(cst.CSTVisitor):
-        def on_visit(self, visited: cst.CSTNode) -> bool:
-            nonlocal found
-            found = found or isinstance(visited, kind)
-            return not found
-
-    node.visit(Finder())
-    return found
 
 
 def _is_guard(statement: cst.BaseStatement) -> bool:
