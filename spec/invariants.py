@@ -107,14 +107,21 @@ def _exposed(e: Event, action: str, open_io: Mapping, owner: Mapping, stopped: s
 
 
 def check_s2(ctx: CheckContext) -> Iterator[Violation]:
-    """S2: no IO of an operation starts after it was terminated or revoked."""
+    """S2: no IO of an operation starts after it was terminated or revoked, refused or not."""
     for trace in ctx.traces.values():
         stopped: dict[str, Event] = {}
+        refused: dict[int, Event] = {}
         for e in trace.events:
             if _ended(e.kind) and e.op not in stopped:
                 stopped[e.op] = e
             elif e.kind is EventKind.IO_START and e.op in stopped:
                 yield Violation("S2", f"IO started after #{stopped[e.op].seq} {stopped[e.op].kind.value} of {e.op}", e)
+            elif e.kind is EventKind.IO_REFUSED and e.op in stopped:
+                refused[e.io] = e
+            elif e.kind in (EventKind.IO_LANDED, EventKind.IO_END) and e.io in refused:
+                # The IO thread went on with a start its re-check refused: bytes moved after the terminate.
+                first = refused.pop(e.io)
+                yield Violation("S2", f"IO {e.io} ran although its start was refused at #{first.seq} (after #{stopped[e.op].seq} {stopped[e.op].kind.value} of {e.op})", e)
 
 
 def check_s3(ctx: CheckContext) -> Iterator[Violation]:

@@ -32,6 +32,7 @@ class EventKind(str, Enum):
     HIT = "hit"
     REVOKE = "revoke"
     IO_START = "io_start"
+    IO_REFUSED = "io_refused"
     IO_LANDED = "io_landed"
     IO_END = "io_end"
     IO_EXPIRED = "io_expired"
@@ -68,6 +69,7 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.HIT: ("op, value=pages", "the hit length the operation now expects (after the cross-rank MIN or a trim)"),
     EventKind.REVOKE: ("op, value=reason", "the operation was revoked: hit too short, nothing loaded, or the request aborted"),
     EventKind.IO_START: ("op?, pool, space, slots, io, value=direction, keys?", "a copy into or out of these slots began (keys: the page keys a load reads, in slot order; with the OP_START's page_size, S5 checks that each fills exactly its page's slots)"),
+    EventKind.IO_REFUSED: ("op, pool, space, slots, io, value=direction, keys?", "optional: an IO the operation's IO thread meant to start was refused by its re-check (the operation was terminated or revoked, F1, or one of its transfers expired, L4); no byte of it may move, S2"),
     EventKind.IO_LANDED: ("op, pool, space, slots, io", "optional: that copy's storage call returned (its bytes are in its slots); its IO_END, and the progress it publishes, come next. Gated after recording, so a harness can hold the IO at its end"),
     EventKind.IO_END: ("op?, pool, space, slots, io, value=ok", "that copy ended (ok False: failed or missed)"),
     EventKind.IO_EXPIRED: ("op, pool, space, slots, io, value=io_timeout_s", "that copy ran past its bound: it counts as failed, its slots stay excluded until its IO_END (L4)"),

@@ -50,9 +50,9 @@ class PrefetchCommit(CorePart):
         return tokens
 
     def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
-        count = pages * self.page_size
+        count = pages * self.page_size  # one length slices the tokens, the slots and the page hashes alike
         kv_slots = op.plan("kv").slots[:count]
-        result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[:pages]))
+        result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[: count // self.page_size]))
         duplicates = set(result.duplicate_slots.tolist())
         inserted = [s for s in kv_slots.tolist() if s not in duplicates]
         for pool in self.token_pools:
@@ -62,7 +62,7 @@ class PrefetchCommit(CorePart):
             for pool in self.token_pools:
                 op.release(pool, sorted(duplicates))
         node = result.node
-        for plan in op.pool_transfers:
+        for plan in (p for p in op.pool_transfers if p.hit_policy in TRAILING_POLICIES):  # ALL_PAGES pools went in with KV
             if plan.pool not in attach:
                 continue
             if plan.hit_policy is HitPolicy.TRAILING_WINDOW:

@@ -228,7 +228,7 @@ class StorageController:
             last = min(len(hashes), first + self.batch_pages)
             slots = kv_plan.slots[first * ps : last * ps].tolist()
             start = op.begin_io("kv", slots, keys=hashes[first:last])
-            if start is None:
+            if start.refused:
                 break
             ok = self._get(op, start, "kv", hashes[first:last], slots[::ps], ps)
             arrived = _leading(ok)
@@ -237,13 +237,13 @@ class StorageController:
             loaded += arrived
             if arrived < last - first:
                 break
-        if not op.is_terminated():
-            if loaded == 0:
-                op.revoke("io_failed")
-            else:
-                op.trim_hit(loaded)
-                if op.pool_transfers:
-                    self._load_extras(op, hashes[:loaded])
+        # Terminated or not: revoke, trim_hit and each begin_io re-check under the operation's lock (F1).
+        if loaded == 0:
+            op.revoke("io_failed")
+        else:
+            op.trim_hit(loaded)
+            if op.pool_transfers:
+                self._load_extras(op, hashes[:loaded])
         op.finish_transfers()
 
     def _load_extras(self, op: PrefetchOperation, hashes: list[str]) -> None:
@@ -260,7 +260,7 @@ class StorageController:
                 slots = plan.slots[: count * ps].tolist()
                 keys, firsts, width = hashes[pages - count :], slots[::ps], ps
             start = op.begin_io(plan.pool, slots, keys=keys)
-            if start is None:  # terminated meanwhile: end what was begun, untouched
+            if start.refused:  # terminated meanwhile: end what was begun, untouched
                 for b_plan, b_start, b_slots, *_ in begun:
                     op.end_io(b_start, b_plan.pool, (), b_slots)
                 return

@@ -70,13 +70,18 @@ class PoolPlan:
 
 @dataclass(frozen=True)
 class InFlightIO:
-    """One IO begun through an operation: gate `event` after releasing locks, end it with end_io."""
+    """One IO begun through an operation: gate `event` after releasing locks, end it with end_io.
+
+    A refused one (`refused`: the re-check found the operation terminated, or an IO expired) is
+    recorded, so a thread that goes on with it anyway shows in the trace (S2).
+    """
 
     event: Event
     io: int
     pool: str
     slots: tuple[int, ...]
     started: float  # on the operation's clock
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,16 +244,17 @@ class PrefetchOperation:
 
     # --- the IO thread ------------------------------------------------------
 
-    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD, keys: Sequence[str] = ()) -> InFlightIO | None:
-        """Start IO into these slots (whole units), or None when terminated (F1) or an IO expired (L4).
+    def begin_io(self, pool: str, slots: Sequence[int], direction: str = LOAD, keys: Sequence[str] = ()) -> InFlightIO:
+        """Start IO into these slots (whole units); refused when terminated (F1) or an IO expired (L4).
 
-        Gate the returned event after releasing locks.
+        Gate the returned event after releasing locks; a refused start moves no byte.
         """
         with self.lock:
             self._fenced("begin_io")
-            if self._terminated or self._expired:
-                return None
             io = self.trace.next_io_id()
+            if self._terminated or self._expired:
+                event = self.trace.record(EventKind.IO_REFUSED, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction, keys=keys)
+                return InFlightIO(event, io, pool, tuple(int(s) for s in slots), self.clock.now(), refused=True)
             for unit in self._units(pool, slots):
                 self._in_flight[pool][unit] = io
             event = self.trace.record(EventKind.IO_START, op=self.request_id, pool=pool, space=HOST, slots=slots, io=io, value=direction, keys=keys)

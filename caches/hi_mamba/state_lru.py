@@ -13,6 +13,8 @@ logical ticks), so host state slots can be reclaimed without evicting KV
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from caches.core.copies import CopyTracker
 from caches.core.hooks import CacheHooks
 from caches.core.slots import KV_GROUP, STATE_GROUP
@@ -108,10 +110,9 @@ class MambaStateHooks(CacheHooks):
         Returns the states freed.
         """
         candidates = []
-        for node in self.tree.iter_nodes():
-            ref = node_states(node).get(MAMBA)
-            if ref is None or ref.host is None or ref.host_ref > 0:
-                continue
+        for node, ref in self._host_states():
+            if ref.host_ref > 0:
+                continue  # pinned: a storage backup reads it, or a prefetch hangs below the node
             if self._host_copy_pending(node, ref):
                 continue
             candidates.append((ref.last_access, node.id, ref))
@@ -122,6 +123,13 @@ class MambaStateHooks(CacheHooks):
             ref.host = None
             freed += 1
         return freed
+
+    def _host_states(self) -> Iterator[tuple[TreeNode, StateRef]]:
+        """Every node that carries a host state, with it."""
+        for node in self.tree.iter_nodes():
+            ref = node_states(node).get(MAMBA)
+            if ref is not None and ref.host is not None:
+                yield node, ref
 
     def _host_copy_pending(self, node: TreeNode, ref: StateRef) -> bool:
         kv_busy = node.host_value is not None and self.copies.busy(HOST, KV_GROUP, node.host_value.tolist())

@@ -317,6 +317,15 @@ class Mamba(ComponentBase):
         # The state follows the last page, which the tail keeps: nothing moves.
         return None
 
+    def _host_states(self) -> Iterator[tuple[TreeNode, StateRef]]:
+        """This component's host states, least recently used first; a node found holding nothing is forgotten."""
+        for node in self.least_recent():
+            ref = self._ref(node)
+            if ref is not None and ref.host is not None:
+                yield node, ref
+            elif not self.holds_data(node):
+                self.forget(node)
+
     def evict_host(self, count: int) -> int:
         """Drop up to `count` host states, least recently used first; KV stays.
 
@@ -325,14 +334,9 @@ class Mamba(ComponentBase):
         """
         checked_count("count", count)
         dropped = 0
-        for node in self.least_recent():
+        for node, ref in self._host_states():
             if dropped >= count:
                 break
-            ref = self._ref(node)
-            if ref is None or ref.host is None:
-                if not self.holds_data(node):
-                    self.forget(node)
-                continue
             data = self._peek(node)
             if ref.host_ref or (data is not None and (data.lock_ref or data.host_ref)):
                 continue

@@ -74,8 +74,10 @@ ROLES = (
     Role("copy_free", "frees that must wait for a pending copy", ("F9",),
          ("CopyTracker.free", "CopyTracker.poll", "CopyTracker._finish", "_run_deferred", "busy", "WritePath.insert",
           "_host_copy_pending")),
-    # A pin ignored exposes a slot still under IO (S1) or frees one a copy or backup still reads (S3).
-    Role("eviction", "eviction and the pins that keep nodes", ("S1", "S3"),
+    # A pin ignored exposes a slot still under IO (S1) or frees one a copy or backup still reads (S3);
+    # freed under a backup still queued (no IO begun yet), the slot takes another prefix's bytes, which the
+    # backup then stores under the pinned prefix's key: only loading it back shows it (S5).
+    Role("eviction", "eviction and the pins that keep nodes", ("S1", "S3", "S5"),
          ("evict", "evict_host", "evict_path", "drop_device", "drop_host", "_device_evictable", "_host_evictable",
           "make_room", "RadixTree.lock", "RadixTree.unlock", "pin_host", "unpin_host", "device_evictable", "host_evictable",
           "pin_prefetch_anchor", "unpin_prefetch_anchor", "evict_host_states")),

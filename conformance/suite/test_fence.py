@@ -9,10 +9,10 @@ import pytest
 from conformance.scenarios.races import all_pages_extra_pools, close_and_check_trace, io_start, key_files, op_events, page_write_keys, pool_files, remove_files, served, stored_request
 
 from conformance.oracles.outcome import trailing_pools
-from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.oracles.outcome import assert_loaded_bytes, assert_no_violations
 from conformance.scenarios.workload import assert_whole_commit, drive, pass_deadline, request_data, request_tokens, store
 from spec.config import TerminationConfig
-from spec.trace import HOST, LOAD, WRITE_BACK_COPY, EventKind
+from spec.trace import BACKUP, HOST, LOAD, WRITE_BACK_COPY, EventKind
 
 PS = 4
 PAGES = 4
@@ -234,6 +234,58 @@ def test_a_full_host_state_pool_serves_each_prefix_its_own_state(impl, make_cach
                 f"test setup: the prefix written last loads {loaded.tokens} of {len(tokens)} tokens"
                 f"{'' if 'mamba' in loaded.data else ' without its state'}, so no state's bytes are compared"
             )
+    close_and_check_trace(cache, trace, config)
+
+
+def state_backup(e) -> bool:
+    return e.kind is EventKind.IO_START and e.value == BACKUP and e.pool == "mamba"
+
+
+def host_state_evicted(e) -> bool:
+    return e.kind is EventKind.FREE and e.pool == "mamba" and e.space == HOST and e.op is None
+
+
+@pytest.mark.clause("S3", "F9", "S5")
+@pytest.mark.needs("pool:mamba", "default_pool:mamba")
+def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, trace, gate):
+    """A full host state pool evicts while one prefix's storage backup is held, that prefix least recently used.
+
+    Under write_back a device tier of two prefixes backs its prefixes up to
+    the host as later ones push them out. Every state in the host pool but the
+    held one is idle (backed up to storage, then matched again), so eviction
+    has a free choice: it must pass over the state the held backup still
+    reads. Freed under the backup, the slot goes to the next prefix's state
+    and the backup stores those bytes under the held prefix's key.
+    """
+    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    cache = make_cache(termination=config, batch_pages=BATCH, state_slots=2, device_pages=4, write_policy="write_back")
+    earlier = []
+    for seed in range(90, 102):  # until host state eviction has run: the host state pool is full
+        tokens = request_tokens(seed, 2 * PS)
+        cache.write(tokens, request_data(cache, tokens, seed))
+        cache.flush()
+        earlier.append(tokens)
+        if any(host_state_evicted(e) for e in trace.trace().events):
+            break
+    held = gate.hold("the storage backup of the held prefix's state", state_backup)
+    prefixes = [(tokens, request_data(cache, tokens, seed)) for seed, tokens in ((seed, request_tokens(seed, 2 * PS)) for seed in (102, 103))]
+    for tokens, data in prefixes:  # the second pushes the first to the host, whose storage backup is held
+        cache.write(tokens, data)
+    held.wait_reached()
+    for tokens in earlier:  # every other host state is now more recent than the held one
+        cache.match(tokens)
+    pusher = request_tokens(104, 2 * PS)
+    cache.write(pusher, request_data(cache, pusher, 104))  # pushes the second to the host: its state needs a slot
+    held.release()
+    cache.flush()
+    assert_no_violations(trace.trace(), config)  # a slot freed under the backup (S3) is the cause of what load-back sees
+    cache.evict_all()
+    for index, (tokens, data) in enumerate(prefixes):
+        request_id = f"r{index}"
+        if cache.prefetch(request_id, tokens):
+            cache.wait_prefetch_io(request_id)
+            drive(cache, [request_id], trace=trace)
+        assert_loaded_bytes(cache, cache.load_back(tokens), data, len(tokens))
     close_and_check_trace(cache, trace, config)
 
 

@@ -30,7 +30,7 @@ from conformance.scenarios.races import (
     served,
     stored_request,
 )
-from conformance.scenarios.workload import drive
+from conformance.scenarios.workload import checked_progress, drive
 from spec.config import TerminationConfig
 from spec.trace import LOAD, Event, EventKind
 
@@ -146,7 +146,7 @@ def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache,
                                                       nth_of(trace, EventKind.IO_END, "kv", nth), seed=73)
     ended.release()
     trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
-    cache.check_progress([])
+    checked_progress(cache, [], trace)
     late = starts_after_terminate(trace)
     assert not late, f"F1: {len(late)} transfer(s) of r1 started after it was terminated: {[e.describe() for e in late]}"
     served(cache, tokens, data, done["r1"])

@@ -41,7 +41,7 @@ class ExtrasWithEachBatch(StorageController):
             for plan in plans:
                 slots = plan.slots[first * ps : last * ps].tolist()
                 start = op.begin_io(plan.pool, slots)
-                if start is None:  # terminated meanwhile: end what was begun, untouched
+                if start.refused:  # terminated meanwhile: end what was begun, untouched
                     for b_plan, b_start, b_slots in begun:
                         op.end_io(b_start, b_plan.pool, (), b_slots)
                     begun = None

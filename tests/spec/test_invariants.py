@@ -152,6 +152,27 @@ def test_s2_io_after_terminate():
     assert clauses_of(violations) == {"S2"} and violations[0].event.kind is K.IO_START
 
 
+def test_s2_a_refused_start_that_still_moves_bytes():
+    # The IO thread's re-check refused the next batch, and the thread went on with it anyway.
+    run = Run().start()
+    run.io("kv", KV)
+    run.check_step(True, run.state(), terminate=True, tokens=0)
+    io = run.rec.next_io_id()
+    run.r(K.IO_REFUSED, pool="kv", space=HOST, slots=KV, io=io, value=LOAD)
+    run.r(K.IO_LANDED, pool="kv", space=HOST, slots=KV, io=io)
+    violations = check(run.trace(), CFG, clauses=["S2"])
+    assert clauses_of(violations) == {"S2"} and violations[0].event.kind is K.IO_LANDED
+    assert "refused" in violations[0].message
+
+
+def test_s2_a_refused_start_that_stops_holds():
+    run = Run().start()
+    run.io("kv", KV)
+    run.check_step(True, run.state(), terminate=True, tokens=0)
+    run.r(K.IO_REFUSED, pool="kv", space=HOST, slots=KV, io=run.rec.next_io_id(), value=LOAD)
+    assert check(run.trace(), CFG, clauses=["S2"]) == []
+
+
 def test_s2_io_after_revoke():
     run = Run().start()
     run.r(K.REVOKE, value="short_hit")

@@ -134,7 +134,7 @@ def test_revoke_terminates_marks_done_and_frees_idle_slots_but_not_in_flight_one
     h = Harness(pages=3)
     h.op.set_hit(3)
     start = h.op.begin_io("kv", h.page(0))
-    assert start is not None
+    assert not start.refused
     before = h.free_kv_slots()
     assert h.op.revoke("short_hit")
     p = h.op.progress()
@@ -145,7 +145,7 @@ def test_revoke_terminates_marks_done_and_frees_idle_slots_but_not_in_flight_one
     assert h.free_kv_slots() == before + 2 * PS
     assert h.op.owned_slots() == {"kv": h.page(0)}
     assert h.op.revoke("again") is False
-    assert h.op.begin_io("indexer", h.page(1)) is None  # F1
+    assert h.op.begin_io("indexer", h.page(1)).refused  # F1
     assert h.op.end_io(start, "kv", h.page(0), tokens=PS) is False
     assert not h.op.has_in_flight()
     assert h.op.drain() == PS
@@ -159,8 +159,12 @@ def test_begin_io_is_refused_after_terminate():
     h = Harness()
     h.op.set_hit(2)
     h.op.terminate(step=3)
-    assert h.op.begin_io("kv", h.page(0)) is None
+    start = h.op.begin_io("kv", h.page(0))
+    assert start.refused and not h.op.has_in_flight()
     assert not [e for e in h.trace.events() if e.kind is EventKind.IO_START]
+    refused = [e for e in h.trace.events() if e.kind is EventKind.IO_REFUSED]
+    assert [(e.op, e.pool, list(e.slots), e.io) for e in refused] == [(h.op.request_id, "kv", h.page(0), start.io)]
+    assert h.violations("S1", "S2") == []  # a refusal that moves no byte breaks nothing
 
 
 def test_end_io_publishes_tokens_and_pool_pages():
@@ -287,7 +291,7 @@ def test_terminate_at_any_batch_boundary_frees_every_slot_exactly_once(terminate
     def io_thread() -> None:
         for index in range(pages):
             start = h.op.begin_io("kv", h.page(index))
-            if start is None:
+            if start.refused:
                 break
             batch_started[index].set()
             if not may_end[index].wait(WAIT_S):
@@ -333,7 +337,7 @@ def test_terminate_at_any_batch_boundary_frees_every_slot_exactly_once(terminate
 def test_fail_in_flight_ends_every_open_io_and_frees_after_terminate():
     h = Harness()
     start = h.op.begin_io("kv", h.page(0) + h.page(1))
-    assert start is not None and h.op.has_in_flight()
+    assert not start.refused and h.op.has_in_flight()
     h.op.revoke("error")
     h.op.fail_in_flight()
     assert not h.op.has_in_flight()
@@ -361,7 +365,7 @@ def test_expiry_waits_for_the_bound_then_counts_a_running_kv_batch_failed():
     assert p.hash_value == tuple(h.op.requested_hashes[:1]) and p.completed_tokens == PS  # the hit is what arrived
     assert p.pool_transfers_done and not p.terminated  # the indexer counts as done, with its 0 pages
     assert h.op.has_in_flight(), "an expired transfer still runs: its slots stay excluded (F5)"
-    assert h.op.begin_io("indexer", h.page(0)) is None, "nothing starts after a transfer failed"
+    assert h.op.begin_io("indexer", h.page(0)).refused, "nothing starts after a transfer failed"
     assert h.op.expire_io(20.0, 5.0) == []  # counted once
     # It returns late, with good bytes: too late to count.
     assert not h.op.end_io(second, "kv", h.page(1), tokens=PS)
