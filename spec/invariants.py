@@ -204,6 +204,8 @@ def check_s5(ctx: CheckContext) -> Iterator[Violation]:
                 shapes[e.op] = (e.value["page_size"], set(e.value.get("state_pools", ())))
             elif e.kind is EventKind.IO_START and e.value == LOAD and e.keys and e.op in shapes:
                 yield from _load_shape(e, *shapes[e.op])
+            elif e.kind is EventKind.COMMIT and e.slots and e.op in shapes:
+                yield from _commit_shape(e, shapes[e.op][0])
             elif e.kind is EventKind.PAGE_WRITE:
                 stored.update(zip(e.keys, e.digests))
             elif e.kind is EventKind.LOAD_BACK:
@@ -219,6 +221,13 @@ def _load_shape(e: Event, page_size: int, state_pools: set) -> Iterator[Violatio
     if len(e.slots) != len(e.keys) * width:
         yield Violation("S5", f"{e.op}: a load of {len(e.keys)} page key(s) of pool {e.pool} into {len(e.slots)} slots "
                               f"({width} per key): a page's bytes would land in another page's slots, or a slot stay unloaded", e)
+
+
+def _commit_shape(e: Event, page_size: int) -> Iterator[Violation]:
+    """The tree is handed one page key per page of slots: any other pairing keys a page's bytes by another page's key."""
+    if len(e.slots) != len(e.keys) * page_size:
+        yield Violation("S5", f"{e.op}: a commit hands the tree {len(e.slots)} slots of pool {e.pool} with {len(e.keys)} page key(s) "
+                              f"({page_size} slots per key): a page's bytes would be kept under another page's key", e)
 
 
 # --- fence -------------------------------------------------------------------

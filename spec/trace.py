@@ -78,7 +78,7 @@ EVENT_FIELDS: dict[EventKind, tuple[str, str]] = {
     EventKind.VOTE: ("op, step, value=vote, state, seen?", "this rank's vote and the state it saw (seen: the trace position of that snapshot)"),
     EventKind.COLLECTIVE: ("step?, op?, value=name, group?", "this rank entered a collective (group: '<kind>:<ranks>' when it runs on one of several groups, spec/groups.py)"),
     EventKind.TERMINATE: ("op, step, value=completed_tokens", "the operation was marked terminated and its progress snapshot taken (optionally gated after the lock is released, so a harness can hold the scheduler between the terminate and the commit)"),
-    EventKind.COMMIT: ("op, step?, value=tokens", "the agreed length inserted (0 when nothing)"),
+    EventKind.COMMIT: ("op, step?, value=tokens, pool?, slots?, keys?", "the agreed length inserted (0 when nothing); optionally what the commit hands the tree: the pool's slots and the page keys they hold, in order (S5 checks that the keys fill exactly those slots)"),
     EventKind.INSERT: ("op, pool, space, slots", "these slots entered the tree"),
     EventKind.FREE: ("op?, pool, space, slots", "these slots returned to their allocator"),
     EventKind.LOAD_BACK: ("pool, slots, keys, digests", "host slots copied to the device; digests of the bytes per page key"),

@@ -11,6 +11,8 @@ now or when their IO ends (F5).
 
 from __future__ import annotations
 
+import torch
+
 from caches.core.operation import PoolPlan, PrefetchOperation, Progress
 from caches.core.parts import CorePart, CoreParts
 from caches.core.prefetch_path import PrefetchPath
@@ -39,20 +41,21 @@ class PrefetchCommit(CorePart):
         decision = read_commit(self.reducer.all_reduce_min(payload, name=COMMIT_COLLECTIVE, op=op.request_id, step=step))
         agreed = decision.pages
         attach = {pool for pool, ok in zip(self.trailing_pools, decision.trailing_attached) if ok}  # F4, F10: on every rank
-        tokens = agreed * self.page_size
-        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens)
+        tokens = agreed * self.page_size  # one length slices the tokens, the slots and the page keys alike
+        kv_slots = op.plan("kv").slots[:tokens]
+        keys = list(progress.hash_value[: tokens // self.page_size])
+        # What the tree is handed, recorded before it takes it: a shape it refuses is still judged (S5).
+        self.trace.record(EventKind.COMMIT, op=op.request_id, step=step, value=tokens, pool="kv", slots=kv_slots.tolist(), keys=keys)
         if agreed:
-            self.insert(op, progress, agreed, attach)
+            self.insert(op, progress, agreed, attach, kv_slots, keys)
         op.release_idle()  # F5: in-flight slots are freed by whoever ends their IO
         self.prefetches.finish(op)
         self.stats.storage_hit_tokens += tokens
         self.stats.prefetches_committed += 1
         return tokens
 
-    def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
-        count = pages * self.page_size  # one length slices the tokens, the slots and the page hashes alike
-        kv_slots = op.plan("kv").slots[:count]
-        result = self.tree.insert_host(op.last_node, op.tokens[:count], kv_slots, list(progress.hash_value[: count // self.page_size]))
+    def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str], kv_slots: torch.Tensor, keys: list[str]) -> TreeNode:
+        result = self.tree.insert_host(op.last_node, op.tokens[: len(kv_slots)], kv_slots, keys)
         duplicates = set(result.duplicate_slots.tolist())
         inserted = [s for s in kv_slots.tolist() if s not in duplicates]
         for pool in self.token_pools:

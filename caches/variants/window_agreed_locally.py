@@ -13,6 +13,8 @@ check that every rank serves the same prefix after a commit.
 
 from __future__ import annotations
 
+import torch
+
 from caches.core.commit import PrefetchCommit
 from caches.core.operation import PrefetchOperation, Progress
 from caches.core.tree import TreeNode
@@ -22,10 +24,10 @@ from spec.fence import HitPolicy
 
 
 class LocalWindowCommit(PrefetchCommit):
-    def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str]) -> TreeNode:
+    def insert(self, op: PrefetchOperation, progress: Progress, pages: int, attach: set[str], kv_slots: torch.Tensor, keys: list[str]) -> TreeNode:
         # The defect: this rank's own loading decides, not the agreement of every rank.
         local = {p.name for p in progress.pool_progress if p.hit_policy is HitPolicy.TRAILING_WINDOW and p.completed_pages == pages}
-        return super().insert(op, progress, pages, attach | local)
+        return super().insert(op, progress, pages, attach | local, kv_slots, keys)
 
 
 class WindowAgreedLocallyCache(UnifiedRadixCache):

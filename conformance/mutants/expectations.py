@@ -48,10 +48,11 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     # The completion predicate (D2) is what D4 and D5 vote: a test of the vote names either.
     ("page_plus_one", "decision"): ("D2", "D4", "D5"),
     ("page_minus_one", "decision"): ("D2", "D4", "D5"),
-    ("page_plus_one", "commit"): ("F3", "S1"),
-    # A page short: the commit drops a loaded page (F11); where the commit still reports the agreed
-    # length, a match then loads less than the hit it reported (F8).
-    ("page_minus_one", "commit"): ("F11", "F8"),
+    # A page more: the commit inserts a page still under IO (S1) or never loaded (F3). A page short: it
+    # drops a loaded page (F11), or reports a hit a match then does not load (F8). Either, on the page
+    # keys alone, hands the tree pages keyed by their neighbours' keys (S5).
+    ("page_plus_one", "commit"): ("F3", "S1", "S5"),
+    ("page_minus_one", "commit"): ("F11", "F8", "S5"),
     # Slots sliced one page off: bytes in the wrong slots (S5), progress the IO did not make (L1),
     # a slot ended twice or never (S3), or one whose IO never ends committed under it (S1).
     ("page_plus_one", "io_thread"): ("S5", "L1", "S3", "S1"),

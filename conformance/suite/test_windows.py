@@ -14,7 +14,7 @@ import pytest
 from conformance.scenarios.races import Background, SchedulerPointRecorder, all_pages_extra_pools, assert_commit_within_fence, close_and_check_trace, io_start, op_events, pool_files, remove_files, served, stored_request, vote_of
 
 from conformance.oracles.outcome import trailing_pools
-from conformance.scenarios.workload import drive, pass_deadline, request_data, request_tokens, store
+from conformance.scenarios.workload import checked_progress, drive, pass_deadline, request_data, request_tokens, store
 from spec.config import TerminationConfig
 from spec.trace import EventKind, TraceRecorder
 
@@ -146,7 +146,7 @@ def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, t
     second_kv.wait_reached()
     if policy == "timeout":
         pass_deadline(cache, clock, config, PAGES, ["r1"], profile)
-    done = cache.check_progress(["r1"])
+    done = checked_progress(cache, ["r1"], trace)
     assert "r1" in done, f"{profile.counterpart('D1') if policy == 'best_effort' else 'L2'}: the partial prefetch must end at this check"
     committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
     if all_pages_extra_pools(cache):

@@ -1,4 +1,4 @@
-"""A scheduler check that raises after a background thread failed: the rule the trace shows broken is named first, else L5."""
+"""A scheduler check that raises: the rule the trace shows broken is named first; after a background thread failed, else L5."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def test_a_clean_trace_leaves_the_background_failure_as_l5():
         checked_progress(CrashedCache(["IO thread: boom"]), ["r1"], recorder(load_slots=8))
 
 
-def test_without_a_background_failure_the_exception_is_the_implementation_s():
+def test_without_a_background_failure_a_clean_trace_leaves_the_implementation_s_exception():
     with pytest.raises(RuntimeError, match="the IO thread is gone"):
-        checked_progress(CrashedCache([]), ["r1"], recorder(load_slots=4))
+        checked_progress(CrashedCache([]), ["r1"], recorder(load_slots=8))
+
+
+def test_a_check_that_raises_on_its_own_names_the_rule_the_trace_shows_broken():
+    # A commit the implementation's own tree refused: what it handed the tree is in the trace.
+    rec = recorder(load_slots=8)
+    rec.record(EventKind.COMMIT, op="r1", step=1, value=8, pool="kv", slots=list(range(8)), keys=("a",))
+    with pytest.raises(AssertionError, match=r"^S5: r1: a commit hands the tree 8 slots of pool kv with 1 page key\(s\) .*RuntimeError: the IO thread is gone"):
+        checked_progress(CrashedCache([]), ["r1"], rec)

@@ -152,6 +152,20 @@ def test_s2_io_after_terminate():
     assert clauses_of(violations) == {"S2"} and violations[0].event.kind is K.IO_START
 
 
+def commit_handing(slots, keys):
+    rec = TraceRecorder(ManualClock())
+    rec.record(K.OP_START, op="r1", value={"policy": "wait_complete", "page_size": 2, "requested_pages": 2})
+    rec.record(K.COMMIT, op="r1", step=1, value=len(slots), pool="kv", slots=slots, keys=keys)
+    return check(rec.trace(), None, clauses=["S5"])
+
+
+def test_s5_a_commit_hands_the_tree_one_page_key_per_page_of_slots():
+    assert commit_handing([0, 1, 2, 3], ("a", "b")) == []
+    short = commit_handing([0, 1, 2, 3], ("a",))
+    assert clauses_of(short) == {"S5"} and "hands the tree 4 slots of pool kv with 1 page key(s)" in short[0].message
+    assert clauses_of(commit_handing([0, 1], ("a", "b"))) == {"S5"}
+
+
 def test_s2_a_refused_start_that_still_moves_bytes():
     # The IO thread's re-check refused the next batch, and the thread went on with it anyway.
     run = Run().start()
