@@ -268,9 +268,11 @@ def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, t
         if any(host_state_evicted(e) for e in trace.trace().events):
             break
     held = gate.hold("the storage backup of the held prefix's state", state_backup)
-    prefixes = [(tokens, request_data(cache, tokens, seed)) for seed, tokens in ((seed, request_tokens(seed, 2 * PS)) for seed in (102, 103))]
-    for tokens, data in prefixes:  # the second pushes the first to the host, whose storage backup is held
-        cache.write(tokens, data)
+    prefixes = []
+    for seed in (102, 103):  # the second pushes the first to the host, whose storage backup is held
+        tokens = request_tokens(seed, 2 * PS)
+        prefixes.append((tokens, request_data(cache, tokens, seed)))
+        cache.write(*prefixes[-1])
     held.wait_reached()
     for tokens in earlier:  # every other host state is now more recent than the held one
         cache.match(tokens)
