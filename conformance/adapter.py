@@ -25,6 +25,7 @@ from conformance.bounds import WAIT_S
 from spec.clock import Clock
 from spec.config import TerminationConfig
 from spec.decision import DecisionState
+from spec.errors import ConfigError
 from spec.fence import HitPolicy
 from spec.trace import TraceRecorder
 
@@ -51,6 +52,24 @@ CAPABILITIES = {
     "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype') or only in per-token layout ('layout')",
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
+
+# The page size every scenario runs an implementation at, unless its adapter declares its own (`page_size`).
+DEFAULT_PAGE_SIZE = 4
+
+
+def adapter_page_size(adapter: Any) -> int:
+    """The page size the adapter's implementation runs at: its optional `page_size`, else DEFAULT_PAGE_SIZE.
+
+    An implementation whose code fixes the page size (a device pool that
+    asserts one) declares it, and every scenario then runs at that size.
+    """
+    value = getattr(adapter, "page_size", None)
+    if value is None:
+        return DEFAULT_PAGE_SIZE
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{getattr(adapter, 'name', 'adapter')}.page_size", value, "a positive int (the page size the implementation runs at)")
+    return value
+
 
 # CacheEnv.kv_format values: the page format a cache stores, relative to the adapter's default.
 KV_FORMATS = {
@@ -108,6 +127,9 @@ class PoolLayout:
     hit_policy: HitPolicy
     # TRAILING_WINDOW: the tokens before a match end the pool must hold (whole pages); 0 for every other pool.
     window_tokens: int = 0
+    # Every rank of a tensor-parallel group holds the same rows (a latent KV or an index not sharded by head, as
+    # MLA/DSA models keep them), so one rank's copy in storage serves all; False: each rank holds its own shard.
+    rank_replicated: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,6 +215,12 @@ class CacheAdapter(Protocol):
 # conformance.scenarios.schedule_model.IO_ORDERS ("kv_then_extras", the default, or
 # "extras_with_each_batch"); the exploration's expected schedule counts follow
 # it, and tests that drive IO in another order skip (ADAPTERS.md, "IO order").
+
+# Optional on an adapter:
+#   page_size: int | None
+# the one page size the implementation runs at (DEFAULT_PAGE_SIZE when absent or None):
+# make_cache's default, and the `page_size` fixture every scenario sizes its
+# requests, batches and checks by.
 
 # Optional on an adapter:
 #   preload_modules: Sequence[str]

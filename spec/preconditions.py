@@ -35,6 +35,12 @@ _PRECONDITIONS = [
         "a waiting-timeout abort computed from each rank's time.perf_counter() and acted on at once",
     ),
     Precondition(
+        "rank_local_backups",
+        "Each rank backs up its own pages to storage, so one rank's backup can fail while its peers' succeed, and that "
+        "rank's storage then lacks pages its peers' holds.",
+        "tensor-parallel ranks that each store their own shard of a page (per-head KV), each under a key of its own",
+    ),
+    Precondition(
         "shared_storage_across_configs",
         "Servers whose KV pages differ in format (dtype, layout, page size) can share one storage namespace.",
         "a storage directory or service given to every server of a model, whatever its KV cache dtype",

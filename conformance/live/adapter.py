@@ -1,61 +1,56 @@
-"""The adapter the harness runs for one SGLang tree: one row per live cache class.
+"""The adapter the harness runs for one SGLang tree: one row per layout the tree runs (conformance/live/layouts).
 
-Rows are named `sglang-live:<class>@<version or commit>`. Capabilities are
-declared only for what the live build really offers: HiRadixCache on a plain
-MHA KV pool has no extra pools (upstream attaches its indexer pool only for
-DSA models, at 64-token pages), HiMambaRadixCache carries its mamba state
-pool; copies are synchronous on CPU (no copy stream a gate could hold), so
-held_copies is never declared; tests needing what is missing skip, saying
-why. Several ranks join upstream's own gloo groups (runtime.ensure_process_group).
+Rows are named `sglang-live:<layout>@<version or commit>`, the layout being
+the class, or `<class>+<build>` where one class runs in several builds (the
+fork's HiRadixCache on MHA KV, and on a DSA model's KV with its indexer).
+Capabilities are declared only for what the live build really offers
+(copies are synchronous on CPU: no copy stream a gate could hold, so
+held_copies is never declared); tests needing what is missing skip, saying
+why. A build whose page size the tree's code fixes runs at it, with the line
+that fixes it as evidence. Several ranks join upstream's own gloo groups
+(runtime.ensure_process_group).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from conformance.adapter import CacheEnv
 from conformance.live import evidence, runtime as live_runtime
+from conformance.live.layouts import BY_KEY
 from conformance.live.tree import SglangTree, locate
-
-
-@dataclass(frozen=True)
-class LiveClass:
-    session: str  # module:class of its session
-    capabilities: frozenset
-    default_extra_pools: tuple
-
-
-SESSIONS = {
-    "HiRadixCache": LiveClass("conformance.live.hiradix:HiRadixSession", frozenset({"multi_rank", "kv_formats"}), ()),
-    "HiMambaRadixCache": LiveClass("conformance.live.hi_mamba:HiMambaSession", frozenset({"multi_rank", "pool:mamba", "kv_formats"}), ("mamba",)),
-    "UnifiedRadixCache": LiveClass("conformance.live.unified:UnifiedSession", frozenset({"multi_rank", "kv_formats"}), ()),
-}
-
 
 @dataclass(frozen=True)
 class LiveAdapter:
     name: str
     tree: SglangTree
-    class_name: str
+    layout_key: str
     expected_failures: tuple = field(default=())
     # Read from the tree's own code, with file:line evidence (evidence.py; conformance/plugin/declarations.py).
     profile: str | None = None
     profile_evidence: tuple = ()
     deployment: Mapping[str, tuple] = field(default_factory=dict)
+    page_size: int | None = None  # the one page size the build runs at, where the tree's code fixes it
+    page_size_evidence: tuple = ()
+
+    @property
+    def class_name(self) -> str:
+        return BY_KEY[self.layout_key].class_name
 
     @property
     def capabilities(self) -> frozenset:
-        return SESSIONS[self.class_name].capabilities
+        return BY_KEY[self.layout_key].capabilities
 
     @property
     def default_extra_pools(self) -> tuple:
-        return SESSIONS[self.class_name].default_extra_pools
+        return BY_KEY[self.layout_key].default_extra_pools
 
     def _session_module(self) -> tuple[Any, str]:
-        module_name, _, attr = SESSIONS[self.class_name].session.partition(":")
-        return __import__(module_name, fromlist=[attr]), attr
+        module_name, _, attr = BY_KEY[self.layout_key].session.partition(":")
+        return importlib.import_module(module_name), attr
 
     def create(self, env: CacheEnv) -> Any:
         module, attr = self._session_module()
@@ -70,9 +65,13 @@ class LiveAdapter:
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
     deployment = evidence.deployment_of(tree)
     adapters = []
-    for name in tree.classes:
-        profile, why = evidence.profile_of(tree, name)
-        adapters.append(LiveAdapter(f"sglang-live:{name}@{tree.label}", tree, name, profile=profile, profile_evidence=why, deployment=deployment))
+    for key in tree.layouts:
+        layout = BY_KEY[key]
+        profile, why = evidence.profile_of(tree, layout.class_name)
+        page_size, page_why = evidence.page_size_of(tree, layout)
+        adapters.append(LiveAdapter(f"sglang-live:{key}@{tree.label}", tree, key, profile=profile, profile_evidence=why,
+                                    deployment={**deployment, **evidence.layout_deployment(tree, layout)},
+                                    page_size=page_size, page_size_evidence=page_why))
     return adapters
 
 

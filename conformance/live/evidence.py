@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from conformance.live.tree import LIVE_CLASSES, SglangTree, parse_option
+from conformance.live.layout import Layout
+from conformance.live.layouts import CLASS_FILES
+from conformance.live.tree import SglangTree, parse_option
 
 
 @dataclass(frozen=True)
@@ -37,23 +39,26 @@ def _lines(tree: SglangTree, rel: str) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
 
 
-def find(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> Hit | None:
-    """The first line of sglang/<rel> matching `pattern` (a regex), inside the def named `within` when given."""
+def find_all(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> list[Hit]:
+    """Every line of sglang/<rel> matching `pattern` (a regex), inside the def or class named `within` when given."""
     lines = _lines(tree, rel)
     start, end = 0, len(lines)
     if within is not None:
-        head = next((i for i, line in enumerate(lines) if re.match(rf"\s*def {re.escape(within)}\b", line)), None)
+        head = next((i for i, line in enumerate(lines) if re.match(rf"\s*(?:def|class) {re.escape(within)}\b", line)), None)
         if head is None:
-            return None
+            return []
         indent = len(lines[head]) - len(lines[head].lstrip())
         end = next((i for i in range(head + 1, len(lines))
                     if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent and not lines[i].lstrip().startswith((")", "#"))),
                    len(lines))
         start = head
-    for number in range(start, end):
-        if re.search(pattern, lines[number]):
-            return Hit(tree.package / rel, number + 1, lines[number].strip()[:120])
-    return None
+    return [Hit(tree.package / rel, number + 1, lines[number].strip()[:120]) for number in range(start, end) if re.search(pattern, lines[number])]
+
+
+def find(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> Hit | None:
+    """The first line of sglang/<rel> matching `pattern` (a regex), inside the def or class named `within` when given."""
+    hits = find_all(tree, rel, pattern, within=within)
+    return hits[0] if hits else None
 
 
 SCHEDULER = "srt/managers/scheduler.py"
@@ -65,7 +70,7 @@ HYBRID_CONTROLLER = "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py"
 
 def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str, ...]]:
     """(profile id, evidence) the class's own code shows; (None, ()) when neither architecture's marks are found."""
-    module = LIVE_CLASSES[class_name]
+    module = CLASS_FILES[class_name]
     drain_vote = find(tree, module, r"prefetch_stop_policy == \"wait_complete\"", within="_can_terminate_prefetch")
     drain_false = find(tree, module, r"^\s*return False\b", within="_can_terminate_prefetch")
     drain = find(tree, module, r"def _drain_storage_control_queues_impl\b")
@@ -110,4 +115,38 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
     if shared:
         out["shared_storage_across_configs"] = (True, (shared.cite(tree, "HiCacheFile's directory is a deployment setting any server "
                                                                        "of the model may share"),))
+    return out
+
+
+def page_size_of(tree: SglangTree, layout: Layout) -> tuple[int | None, tuple[str, ...]]:
+    """(the page size the layout's build demands, evidence); (None, ()) where the layout fixes none or the line is not found."""
+    rule = layout.page_size_rule
+    if rule is None:
+        return None, ()
+    for hit in find_all(tree, rule.file, rule.pattern, within=rule.within):
+        if not _in_branch(tree, rule.file, hit.line, rule.other_platform):
+            size = int(re.search(rule.pattern, hit.text).group(1))
+            return size, (hit.cite(tree, f"{rule.why}: the build runs at {size}-token pages"),)
+    return None, ()
+
+
+def _in_branch(tree: SglangTree, rel: str, line: int, header: str) -> bool:
+    """Whether the line sits in the body of a branch whose header matches `header` (the nearest less-indented line above it)."""
+    lines = _lines(tree, rel)
+    text = lines[line - 1]
+    indent = len(text) - len(text.lstrip())
+    for above in reversed(lines[: line - 1]):
+        if above.strip() and len(above) - len(above.lstrip()) < indent:
+            return re.search(header, above) is not None
+    return False
+
+
+def layout_deployment(tree: SglangTree, layout: Layout) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
+    """Preconditions a layout's own build decides (beyond the tree's scheduler and storage), each with the lines that say so."""
+    out: dict[str, tuple[bool, tuple[str, ...]]] = {}
+    if layout.kv_rank_replicated:
+        skip = find(tree, CONTROLLER, r"and self\.storage_config\.tp_rank != 0")
+        if skip:
+            out["rank_local_backups"] = (False, (skip.cite(tree, "backup_skip: an MLA model's KV is the same on every TP rank and only rank 0 backs "
+                                                                "it up, so every rank reads that one copy, so no rank's storage lacks a page its peers' holds"),))
     return out

@@ -15,7 +15,7 @@ def live_trees(values: list[str]) -> list[SglangTree]:
         raise ConfigError(OPTION, values, "one SGLang tree per run (each tree is imported into the test process)")
     trees = [locate(v) for v in values]
     for tree in trees:
-        if not tree.classes:
+        if not tree.layouts:
             raise ConfigError(OPTION, tree.given, f"a tree defining one of the live classes ({'; '.join([*tree.missing, *tree.unwired])})")
     return trees
 
@@ -32,7 +32,7 @@ def report_lines(config: Any) -> list[str]:
     """Header lines: what each tree offers, what is missing or recognised but not run."""
     lines = []
     for tree in live_trees(config.getoption(OPTION)):
-        lines.append(f"sglang-live: {tree.import_root / 'sglang'} ({tree.label}): running {', '.join(tree.classes)}")
+        lines.append(f"sglang-live: {tree.import_root / 'sglang'} ({tree.label}): running {', '.join(tree.layouts)}")
         lines += [f"sglang-live: not run: {m}" for m in tree.missing]
         lines += [f"sglang-live: not run: {line}" for line in tree.unwired]
     return lines

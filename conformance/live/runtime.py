@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.live import shims
+from conformance.live.layout import Layout
+from conformance.live.layouts import BY_KEY
 from conformance.live.tree import OPTION, SglangTree
 from spec.errors import ConfigError
 
@@ -56,27 +58,6 @@ MODULES = {
     "server_args": "sglang.srt.server_args",
     "parallel_state": "sglang.srt.distributed.parallel_state",
 }
-# What each live class needs besides (its own module first), imported only when the tree defines the class.
-CLASS_MODULES = {
-    "HiRadixCache": {"hiradix_cache": "sglang.srt.mem_cache.hiradix_cache"},
-    "HiMambaRadixCache": {
-        "hi_mamba_radix_cache": "sglang.srt.mem_cache.hi_mamba_radix_cache",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
-        "mamba_utils": "sglang.srt.configs.mamba_utils",
-    },
-    "UnifiedRadixCache": {
-        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
-        "runtime_context": "sglang.srt.runtime_context",
-        "components": "sglang.srt.mem_cache.unified_cache.components",
-        "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
-        "pool_host_mamba": "sglang.srt.mem_cache.pool_host.mamba",
-        "mamba_utils": "sglang.srt.configs.mamba_utils",
-        "poll_timer": "sglang.srt.utils.poll_timer",
-        "schedule_batch": "sglang.srt.managers.schedule_batch",
-        "sampling_params": "sglang.srt.sampling.sampling_params",
-    },
-}
 OPTIONAL_MODULES = {
     "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
 }
@@ -84,8 +65,8 @@ OPTIONAL_MODULES = {
 CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache")
 # Modules whose `time.perf_counter` is the harness's clock: the 0.5.2x prefetch wait timer.
 PERF_CLOCKED = ("poll_timer",)
-# Host-pool modules: their pools are unpinned, and their CUDA-only copies are plain index copies.
-HOST_POOL_MODULES = ("memory_pool_host", "pool_host_mha", "pool_host_mamba")
+# 0.5.2x's host-pool modules, whose page-first copies are plain index copies too (the page-first-direct-copy shim).
+PAGE_FIRST_COPY_MODULES = ("pool_host_mha", "pool_host_mamba")
 
 
 class LiveImportError(ConfigError):
@@ -116,8 +97,9 @@ def load(tree: SglangTree) -> Runtime:
     os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "")  # each cache names its own directory
     modules: dict[str, types.ModuleType] = {}
     wanted: dict[str, str] = {}
-    for name in tree.classes:  # the class's own modules first: a tree that cannot import them is named by them
-        wanted.update(CLASS_MODULES[name])
+    layouts = [BY_KEY[key] for key in tree.layouts]
+    for layout in layouts:  # the layout's own modules first: a tree that cannot import them is named by them
+        wanted.update(layout.modules)
     wanted.update(MODULES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # import-time notices about CUDA-only quantization kernels
@@ -130,12 +112,12 @@ def load(tree: SglangTree) -> Runtime:
                 raise LiveImportError(name, tree, exc) from None
             except Exception as exc:
                 raise LiveImportError(name, tree, exc) from None
-    first = next(iter(CLASS_MODULES[tree.classes[0]]))
+    first = next(iter(layouts[0].modules))
     imported_from = Path(modules[first].__file__).resolve()
     if tree.package.resolve() not in imported_from.parents:
         raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
     logging.getLogger("sglang").setLevel(logging.ERROR)
-    direct_copy = apply_shims(modules, tree)
+    direct_copy = apply_shims(modules, layouts)
     clock = shims.InjectedTime()
     shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
                        perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])
@@ -144,15 +126,17 @@ def load(tree: SglangTree) -> Runtime:
     return _RUNTIME
 
 
-def apply_shims(modules: dict[str, types.ModuleType], tree: SglangTree) -> shims.DirectCopy:
-    """The host-pool shims, on the modules of this tree's layout: the fork's memory_pool_host, or 0.5.2x's pool_host package."""
-    unified = "UnifiedRadixCache" in tree.classes
-    targets = [modules[k] for k in HOST_POOL_MODULES if k in modules and (k != "memory_pool_host") == unified]
+def apply_shims(modules: dict[str, types.ModuleType], layouts: list[Layout]) -> shims.DirectCopy:
+    """The host-pool shims, on the host-pool modules of the layouts run (the fork's memory_pool_host, or 0.5.2x's pool_host package)."""
+    names = dict.fromkeys(name for layout in layouts for name in layout.host_pool_modules)
     direct_copy = shims.DirectCopy()
-    for module in targets:
+    for name in names:
+        module = modules.get(name)
+        if module is None:
+            continue
         shims.unpin_host_pool(module)
         direct_copy = shims.install_direct_copy(module, direct_copy)
-        if unified:
+        if name in PAGE_FIRST_COPY_MODULES:
             shims.install_page_first_direct_copy(module)
     return direct_copy
 

@@ -16,34 +16,20 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.live.layouts import CLASS_FILES, LAYOUTS
 from spec.errors import ConfigError
 
 OPTION = "--sglang-live"
 ACCEPTED = "an SGLang source checkout (containing python/sglang/__init__.py), a directory holding the sglang package (an unpacked wheel, a site-packages), or the sglang package directory"
-
-# Cache classes this harness can run live: class name -> module file under sglang/.
-LIVE_CLASSES = {
-    "HiRadixCache": "srt/mem_cache/hiradix_cache.py",
-    "HiMambaRadixCache": "srt/mem_cache/hi_mamba_radix_cache.py",
-    "UnifiedRadixCache": "srt/mem_cache/unified_radix_cache.py",
-}
-# Files a live class needs besides its own module: the layout the harness is wired to.
-# UnifiedRadixCache is wired in the 0.5.2x layout (a tree core and components, global
-# server-args sections); the fork's earlier UnifiedRadixCache has neither.
-LAYOUT_FILES = {
-    "UnifiedRadixCache": ("srt/mem_cache/unified_cache/unified_tree_core.py", "srt/runtime_context.py"),
-}
-LAYOUT_NAMES = {"UnifiedRadixCache": "the 0.5.2x layout"}
-
 
 @dataclass(frozen=True)
 class SglangTree:
     given: str  # what the user passed, for messages
     import_root: Path  # the directory to put on sys.path (it contains sglang/)
     label: str  # the version or commit shown in the matrix
-    classes: tuple[str, ...]  # LIVE_CLASSES found in the tree
-    missing: tuple[str, ...]  # LIVE_CLASSES absent from the tree, one line each
-    unwired: tuple[str, ...]  # classes defined in a layout the harness is not wired to, one line each (reported, not run)
+    layouts: tuple[str, ...]  # keys of the layouts (conformance/live/layouts) the tree runs, in the matrix's order
+    missing: tuple[str, ...]  # live classes absent from the tree, one line each
+    unwired: tuple[str, ...]  # layouts of a class the tree defines whose marks it lacks, one line each (reported, not run)
 
     @property
     def package(self) -> Path:
@@ -69,23 +55,23 @@ def locate(value: str) -> SglangTree:
     if root is None:
         raise ConfigError(OPTION, value, ACCEPTED)
     package = root / "sglang"
-    defined = [name for name, rel in LIVE_CLASSES.items() if _defines(package / rel, name)]
-    found = tuple(name for name in defined if not _layout_missing(package, name))
+    defined = [name for name, rel in CLASS_FILES.items() if _defines(package / rel, name)]
+    found, unwired = [], []
+    for layout in LAYOUTS:
+        if layout.class_name not in defined:
+            continue
+        why = layout.missing_in(package)
+        if why is None:
+            found.append(layout.key)
+        else:
+            name = layout.class_name if layout.key == layout.class_name else f"{layout.key} ({layout.class_name})"
+            unwired.append(f"{name} is in the tree but not in {layout.layout_name} the harness is wired to ({why})")
     missing = tuple(
         f"{name}: not defined in sglang/{rel}" if (package / rel).is_file() else f"{name}: sglang/{rel} does not exist"
-        for name, rel in LIVE_CLASSES.items()
+        for name, rel in CLASS_FILES.items()
         if name not in defined
     )
-    unwired = tuple(
-        f"{name} is in the tree but not in {LAYOUT_NAMES[name]} the harness is wired to (sglang/{_layout_missing(package, name)} does not exist)"
-        for name in defined if name not in found
-    )
-    return SglangTree(value, root, label or detect_label(path.resolve(), package), found, missing, unwired)
-
-
-def _layout_missing(package: Path, class_name: str) -> str | None:
-    """The first layout file of the class the tree lacks (None: the tree has the layout the harness is wired to)."""
-    return next((rel for rel in LAYOUT_FILES.get(class_name, ()) if not (package / rel).is_file()), None)
+    return SglangTree(value, root, label or detect_label(path.resolve(), package), tuple(found), missing, tuple(unwired))
 
 
 def _import_root(path: Path) -> Path | None:

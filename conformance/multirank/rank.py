@@ -32,13 +32,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from conformance.adapter import CacheEnv
+from conformance.adapter import CacheEnv, adapter_page_size
 from conformance.scenarios.gates import GateTimeout, InjectedFault
 from conformance.plugin.declarations import declarations
 from conformance.oracles.lifecycle import background_errors
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
 from conformance.multirank.records import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, collective_name
-from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, PAGE_SIZE, SCENARIOS
+from conformance.multirank.scenarios import BATCH_PAGES, LEVELS, SCENARIOS
 from conformance.oracles.outcome import assert_loaded_writes
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
@@ -500,6 +500,7 @@ class RankContext:
         self.device = device
         self.adapter = adapter
         self.profile = declarations(adapter).profile  # whose vote, combine and timer judge this rank's decisions
+        self.page_size = adapter_page_size(adapter)  # every request of a scenario is sized by it
         self.heartbeat = heartbeat
         self.exchange = exchange
         self.save_partial = save_partial
@@ -517,7 +518,7 @@ class RankContext:
         import torch.distributed as dist
 
         index = len(self.handles)
-        termination = TerminationConfig(policy=policy, page_size=PAGE_SIZE)
+        termination = TerminationConfig(policy=policy, page_size=self.page_size)
         clock = ManualClock(1000.0)
         cond = threading.Condition()
         trace = ObservedTrace(clock, rank=self.rank, cond=cond, profile=self.profile.id)
@@ -526,7 +527,9 @@ class RankContext:
         env = CacheEnv(
             device=self.device,
             termination=termination,
-            storage_dir=Path(self.plan.workdir) / f"scenario{self.index}" / f"rank{self.rank}" / f"cache{index}",
+            # One storage for every rank, as a deployment gives its ranks one directory or service: each rank's
+            # shard is its own (its keys or folder name the rank), and a rank-replicated KV is stored once for all.
+            storage_dir=Path(self.plan.workdir) / f"scenario{self.index}" / f"cache{index}",
             clock=clock,
             trace=trace,
             extra_pools=tuple(env_fields.pop("extra_pools", self.adapter.default_extra_pools)),

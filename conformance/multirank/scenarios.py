@@ -20,7 +20,6 @@ from spec.trace import BACKUP, LOAD, Event, EventKind, TraceRecorder
 # they are named here only in annotations, so that this module, which the rank imports, imports nothing of it back.
 RankContext = CacheHandle = Any
 
-PAGE_SIZE = 4
 REQUEST_PAGES = 4
 BATCH_PAGES = 2  # KV arrives in two batches, so "partial" is a reachable level
 LEVELS = ("partial", "kv", "done")  # how far a rank's IO for one prefetch has gone (see CacheHandle.to)
@@ -29,20 +28,25 @@ LEVELS = ("partial", "kv", "done")  # how far a rank's IO for one prefetch has g
 # --- data ----------------------------------------------------------------------------
 
 
-def request_tokens(seed: int, pages: int = REQUEST_PAGES) -> list[int]:
+def request_tokens(ctx: RankContext, seed: int, pages: int = REQUEST_PAGES) -> list[int]:
+    """Token ids of a request of `pages` pages at the rank's page size (the implementation's own)."""
     import random
 
     rng = random.Random(seed)
-    return [rng.randrange(1, 50_000) for _ in range(pages * PAGE_SIZE)]
+    return [rng.randrange(1, 50_000) for _ in range(pages * ctx.page_size)]
 
 
 def rank_data(handle: CacheHandle, length: int, seed: int, *, prefix: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Random bytes for every pool; each rank holds its own shard (different bytes per rank).
+    """Random bytes for every pool; each rank holds its own shard (different bytes per rank), or, for a pool every rank
+    holds whole (rank_replicated), the same bytes on every rank.
 
     prefix: data of a shorter request this one extends (its token rows are reused).
     """
-    g = torch.Generator().manual_seed(seed * 1009 + handle.ctx.rank)
-    data = pool_data(handle.cache.pools.values(), length, g)
+    pools = list(handle.cache.pools.values())
+    whole = {p.name for p in pools if getattr(p, "rank_replicated", False)}  # an optional PoolLayout field
+    sharded = pool_data([p for p in pools if p.name not in whole], length, torch.Generator().manual_seed(seed * 1009 + handle.ctx.rank))
+    replicated = pool_data([p for p in pools if p.name in whole], length, torch.Generator().manual_seed(seed * 1009))
+    data = {p.name: (replicated if p.name in whole else sharded)[p.name] for p in pools}
     for name, pool in handle.cache.pools.items():
         if prefix is not None and pool.unit != "state":
             data[name][: prefix[name].shape[0]] = prefix[name]
@@ -72,7 +76,7 @@ def staggered_level(rank: int, step: int) -> str:
 def scenario_skewed_kv(ctx: RankContext, policy: str) -> None:
     """Each rank's KV batches arrive at a different step: all ranks finish together, at the slowest."""
     h = ctx.cache(policy)
-    tokens = request_tokens(1)
+    tokens = request_tokens(ctx, 1)
     data = rank_data(h, len(tokens), 1)
     ctx.phase("storing")
     h.store(tokens, data)
@@ -93,7 +97,7 @@ def scenario_one_rank_timed_out(ctx: RankContext) -> None:
     timed out: everyone terminates; the commit is the MIN over ranks.
     """
     h = ctx.cache("timeout")
-    tokens = request_tokens(2)
+    tokens = request_tokens(ctx, 2)
     data = rank_data(h, len(tokens), 2)
     h.store(tokens, data)
     h.prefetch("r1", tokens)
@@ -116,7 +120,7 @@ def scenario_extra_pool_pending_on_one_rank(ctx: RankContext, policy: str) -> No
     everyone terminates at once, and the fence clamps the commit (F3, F4).
     """
     h = ctx.cache(policy)
-    tokens = request_tokens(3)
+    tokens = request_tokens(ctx, 3)
     data = rank_data(h, len(tokens), 3)
     h.store(tokens, data)
     h.prefetch("r1", tokens)
@@ -148,7 +152,7 @@ def scenario_abort_on_one_rank(ctx: RankContext, aborting_rank: int, peers_level
     commits in full once loaded.
     """
     h = ctx.cache("wait_complete")
-    t1, t2 = request_tokens(4), request_tokens(5)
+    t1, t2 = request_tokens(ctx, 4), request_tokens(ctx, 5)
     d1, d2 = rank_data(h, len(t1), 4), rank_data(h, len(t2), 5)
     h.store(t1, d1)
     h.store(t2, d2)
@@ -177,7 +181,7 @@ def scenario_storage_miss_on_one_rank(ctx: RankContext, missing_rank: int) -> No
     every rank commits 2 pages, with A's bytes and A's state.
     """
     h = ctx.cache("wait_complete")
-    tb = request_tokens(6)
+    tb = request_tokens(ctx, 6)
     ta = tb[: len(tb) // 2]
     da = rank_data(h, len(ta), 6)
     db = rank_data(h, len(tb), 7, prefix=da)
@@ -196,7 +200,7 @@ def scenario_storage_miss_on_one_rank(ctx: RankContext, missing_rank: int) -> No
 def scenario_get_fails_on_one_rank(ctx: RankContext, failing_rank: int) -> None:
     """failing_rank's second KV batch fails in storage (it trims its hit): the commit is the MIN."""
     h = ctx.cache("wait_complete")
-    tokens = request_tokens(8)
+    tokens = request_tokens(ctx, 8)
     data = rank_data(h, len(tokens), 8)
     h.store(tokens, data)
     if ctx.rank == failing_rank:
@@ -222,7 +226,7 @@ def scenario_terminated_on_one_rank(ctx: RankContext, failing_rank: int) -> None
     terminated), and every rank commits 0 (a revoke commits nothing).
     """
     h = ctx.cache("wait_complete")
-    tokens = request_tokens(10)
+    tokens = request_tokens(ctx, 10)
     data = rank_data(h, len(tokens), 10)
     h.store(tokens, data)
     if ctx.rank == failing_rank:
@@ -260,7 +264,7 @@ def scenario_orders(ctx: RankContext, policy: str, cases: Sequence[tuple[tuple[s
     the parent from IO facts), and the loaded bytes the stored ones.
     """
     h = ctx.cache(policy)
-    tokens = request_tokens(9)
+    tokens = request_tokens(ctx, 9)
     data = rank_data(h, len(tokens), 9)
     h.store(tokens, data)
     outcomes = []

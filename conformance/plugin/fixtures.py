@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from conformance.plugin import devices
-from conformance.adapter import CacheEnv
+from conformance.adapter import CacheEnv, adapter_page_size
 from conformance.plugin.capabilities import require
 from conformance.report.causes import forget, observe
 from conformance.report.failures import PROP_FAILED
@@ -46,7 +46,7 @@ from spec.trace import TraceRecorder
 
 __all__ = [
     "pytest_configure", "pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_runtest_makereport",
-    "device", "require_fixture", "harness", "profile", "clock", "trace", "gate", "make_cache",
+    "device", "require_fixture", "harness", "profile", "page_size", "clock", "trace", "gate", "make_cache",
 ]
 
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
@@ -198,6 +198,12 @@ def profile_of(request: pytest.FixtureRequest) -> Profile:
 
 
 @pytest.fixture
+def page_size(impl) -> int:
+    """The page size the test's implementation runs at (its adapter's `page_size`, else 4): scenarios size requests by it."""
+    return adapter_page_size(impl)
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1000.0)
 
@@ -216,8 +222,8 @@ def gate(trace: TraceRecorder):
 
 
 @pytest.fixture
-def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest.FixtureRequest):
-    """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest.
+def make_cache(impl, device, clock, trace, gate, page_size, tmp_path: Path, request: pytest.FixtureRequest):
+    """make_cache(policy=..., page_size=..., **CacheEnv fields) -> a CacheUnderTest (page_size: the implementation's own by default).
 
     Every instance is closed at teardown, must leave no thread behind and, when
     it reports them (`background_errors()`), no unexpected background error.
@@ -225,7 +231,9 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest
     sessions = []
     traces = []
 
-    def make(policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields):
+    default_page_size = page_size
+
+    def make(policy: str = "wait_complete", page_size: int = default_page_size, *, storage_dir: Path | None = None, **env_fields):
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
         extra = env_fields.pop("extra_pools", impl.default_extra_pools)
@@ -244,5 +252,6 @@ def make_cache(impl, device, clock, trace, gate, tmp_path: Path, request: pytest
         observe(request.node, env.trace, env.termination, session)  # for the failure's cause (conformance/report/causes.py)
         return session
 
+    make.page_size = default_page_size  # what helpers that take make_cache size their requests by
     yield make
     close_and_check(sessions, gates=[gate], traces=traces)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
 
-from conformance.adapter import CHECKOUT_ENTRY_POINT_GROUP, ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter
+from conformance.adapter import CHECKOUT_ENTRY_POINT_GROUP, ENTRY_POINT_GROUP, CAPABILITIES, CacheAdapter, adapter_page_size
 from conformance.scenarios.schedule_model import DEFAULT_IO_ORDER, check_io_order
 from spec.errors import ConfigError
 
@@ -34,6 +34,7 @@ def check_adapter(adapter: Any, origin: str) -> CacheAdapter:
     if unknown:
         raise ConfigError(f"{origin} capabilities", sorted(unknown), "capabilities among " + ", ".join(sorted(CAPABILITIES)))
     check_io_order(getattr(adapter, "io_order", DEFAULT_IO_ORDER), f"{origin} io_order")
+    adapter_page_size(adapter)
     return adapter
 
 

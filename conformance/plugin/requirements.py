@@ -5,6 +5,7 @@ one of its params). Each requirement is one of:
 
     <capability>            an adapter capability (conformance/adapter.py, CAPABILITIES)
     configure               the adapter offers configure(fields)
+    page_sizes              the adapter builds caches at any page size (it declares no fixed page_size)
     extra_pools             the adapter runs with at least one extra pool by default
     default_pool:<name>     the adapter runs with that extra pool by default
 
@@ -21,13 +22,13 @@ from typing import Any, Iterable
 from conformance.adapter import CAPABILITIES
 from spec.errors import ConfigError
 
-ACCEPTED = "a capability (" + ", ".join(sorted(CAPABILITIES)) + "), configure, extra_pools or default_pool:<name>"
+ACCEPTED = "a capability (" + ", ".join(sorted(CAPABILITIES)) + "), configure, page_sizes, extra_pools or default_pool:<name>"
 
 
 def check_requirement(value: Any) -> str:
     if not isinstance(value, str):
         raise ConfigError("needs", value, ACCEPTED)
-    if value in CAPABILITIES or value in ("configure", "extra_pools"):
+    if value in CAPABILITIES or value in ("configure", "page_sizes", "extra_pools"):
         return value
     if value.startswith("default_pool:") and value.partition(":")[2]:
         return value
@@ -46,6 +47,10 @@ def missing(adapter: Any, requirements: Iterable[str]) -> list[str]:
         elif requirement == "configure":
             if not callable(getattr(adapter, "configure", None)):
                 out.append(f"adapter {name!r} has no configure(fields): configuration checks need it")
+        elif requirement == "page_sizes":
+            fixed = getattr(adapter, "page_size", None)
+            if fixed is not None:
+                out.append(f"adapter {name!r} runs at {fixed}-token pages only (its code fixes the page size)")
         elif requirement == "extra_pools":
             if not pools:
                 out.append(f"adapter {name!r} runs without extra pools by default")

@@ -77,8 +77,8 @@ STORAGE_ERROR = '''
 
 def {name}(make_cache):
     """The first {pool} transfer {direction_words} raises, as a storage error would; the cache must go on working."""
-    cache = make_cache(policy="wait_complete", page_size=4, batch_pages=2, wait_timeout_s=5.0)  # a dead thread's wait ends soon
-    tokens = workload.request_tokens(11, 16)
+    cache = make_cache(policy="wait_complete", batch_pages=2, wait_timeout_s=5.0)  # a dead thread's wait ends soon
+    tokens = workload.request_tokens(11, 4 * make_cache.page_size)
     data = workload.request_data(cache, tokens, 11)
     make_cache.gate.fail("storage raises at the first {pool} transfer {direction_words}",
                          lambda e: e.kind is EventKind.IO_START and e.value == {direction} and e.pool == {pool!r})
@@ -90,10 +90,10 @@ def {name}(make_cache):
 FOREIGN_PAGES = '''
 
 def {name}(make_cache):
-    """A writer stores 16 tokens and closes; a reader whose KV pages differ only in {differs} shares its storage: it must find a miss."""
+    """A writer stores 4 pages and closes; a reader whose KV pages differ only in {differs} shares its storage: it must find a miss."""
     shared = make_cache.storage_dir / "shared"
-    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=4), storage_dir=shared)
-    tokens = workload.request_tokens(61, 16)
+    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), storage_dir=shared)
+    tokens = workload.request_tokens(61, 4 * make_cache.page_size)
     workload.store(writer, tokens, workload.request_data(writer, tokens, 61))
     writer.close()
     reader = make_cache(storage_dir=shared, {reader})
@@ -105,9 +105,9 @@ def {name}(make_cache):
     assert served == 0, f"S6: a cache whose KV pages differ from the writer's only in {differs} served {{served}} tokens from the writer's pages"
 '''
 # How the reader differs from the writer (conformance/suite/test_foreign_pages.py's).
-READERS = {"dtype": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="dtype"',
-           "layout": 'termination=TerminationConfig(policy="wait_complete", page_size=4), kv_format="layout"',
-           "page_size": 'termination=TerminationConfig(policy="wait_complete", page_size=8)'}
+READERS = {"dtype": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="dtype"',
+           "layout": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="layout"',
+           "page_size": 'termination=TerminationConfig(policy="wait_complete", page_size=2 * make_cache.page_size)'}
 
 LOAD_BODY = '''workload.store(cache, tokens, data)
     assert cache.prefetch("r1", tokens), "the stored request was not prefetched"

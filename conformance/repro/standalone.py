@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from conformance.adapter import CacheEnv
+from conformance.adapter import CacheEnv, adapter_page_size
 from conformance.plugin.declarations import declarations
 from conformance.scenarios.gates import Gate
 from conformance.oracles.lifecycle import close_and_check
@@ -83,6 +83,7 @@ class CacheFactory:
         declared = declarations(adapter)
         self.profile = declared.profile.id
         self.io_order = adapter_io_order(adapter)
+        self.page_size = adapter_page_size(adapter)
         self.clock = ManualClock(1000.0)
         self.trace = TraceRecorder(self.clock, profile=self.profile)
         self.gate = Gate(self.trace)
@@ -91,8 +92,8 @@ class CacheFactory:
         self.made: list[Any] = []
         self._count = 0
 
-    def __call__(self, policy: str = "wait_complete", page_size: int = 4, *, storage_dir: Path | None = None, **env_fields: Any) -> Any:
-        termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size)
+    def __call__(self, policy: str = "wait_complete", page_size: int | None = None, *, storage_dir: Path | None = None, **env_fields: Any) -> Any:
+        termination = env_fields.pop("termination", None) or TerminationConfig(policy=policy, page_size=page_size or self.page_size)
         self._count += 1
         env = CacheEnv(
             device=self.device, termination=termination,

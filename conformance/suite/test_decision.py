@@ -22,7 +22,6 @@ from spec.profiles import Profile, TimerStart
 from spec.timeout import timeout_budget
 from spec.trace import EventKind
 
-PAGE_SIZE = 4
 POLICIES = [p.value for p in Policy]
 VOTING_POLICIES = [p.value for p in Policy if p.uses_collective]
 
@@ -82,10 +81,10 @@ def votes_since(trace, seq: int) -> list:
 
 @pytest.mark.clause("D1", "D2", "D3", "D4", "D5", "T1", "T2", "X1", "A1", "A2", "A3")
 @pytest.mark.parametrize("policy", POLICIES)
-def test_every_decision_state(impl, make_cache, clock, trace, policy, request, profile):
-    config = TerminationConfig(policy=policy, page_size=PAGE_SIZE, **EXACT_TIMEOUTS)
+def test_every_decision_state(impl, make_cache, clock, trace, policy, request, profile, page_size):
+    config = TerminationConfig(policy=policy, page_size=page_size, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
-    states = [s for s in enumerate_states(PAGE_SIZE) if s.policy.value == policy]
+    states = [s for s in enumerate_states(page_size) if s.policy.value == policy]
     assert states, f"the spec enumerates no state for {policy}"
     wrong, rows = [], []
     for state in states:
@@ -120,15 +119,15 @@ def test_every_decision_state(impl, make_cache, clock, trace, policy, request, p
 
 @pytest.mark.clause("X3")
 @pytest.mark.parametrize("policy", VOTING_POLICIES)
-def test_guard_enters_the_vote_before_the_reduce(impl, make_cache, clock, trace, policy):
+def test_guard_enters_the_vote_before_the_reduce(impl, make_cache, clock, trace, policy, page_size):
     """With transfers pending, one rank's decision is the combine of the vote it contributed: nothing overrides it after the reduce.
 
     Whether that vote is the spec's is D3/D5's question (test_every_decision_state);
     this test fails only when the decision contradicts the vote that entered the collective.
     """
-    config = TerminationConfig(policy=policy, page_size=PAGE_SIZE, **EXACT_TIMEOUTS)
+    config = TerminationConfig(policy=policy, page_size=page_size, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
-    pending = [s for s in enumerate_states(PAGE_SIZE) if s.policy.value == policy and s.pool_transfers_present and not s.pool_transfers_done]
+    pending = [s for s in enumerate_states(page_size) if s.policy.value == policy and s.pool_transfers_present and not s.pool_transfers_done]
     wrong = []
     for state in pending:
         mark = len(trace.events())
@@ -143,14 +142,14 @@ def test_guard_enters_the_vote_before_the_reduce(impl, make_cache, clock, trace,
 
 
 @pytest.mark.clause("T2", "D5", "A1", "A3")
-def test_timeout_boundary_is_strict(impl, make_cache, clock, profile):
-    config = TerminationConfig(policy="timeout", page_size=PAGE_SIZE, **EXACT_TIMEOUTS)
+def test_timeout_boundary_is_strict(impl, make_cache, clock, profile, page_size):
+    config = TerminationConfig(policy="timeout", page_size=page_size, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
     budget = timeout_budget(config, 2)
     now = clock.now()
     at_deadline = now - budget
     assert now - at_deadline == budget, "test setup: the deadline is not exactly representable"
-    partial = dict(policy="timeout", page_size=PAGE_SIZE, hit_pages=2, completed_tokens=PAGE_SIZE,
+    partial = dict(policy="timeout", page_size=page_size, hit_pages=2, completed_tokens=page_size,
                    pool_transfers_present=False, pool_transfers_done=True, terminated=False)
     op = cache.make_operation(DecisionState(timed_out=False, **partial), start_time=at_deadline)
     boundary = profile.boundary_clause
@@ -162,9 +161,10 @@ def test_timeout_boundary_is_strict(impl, make_cache, clock, profile):
 
 @pytest.mark.clause("T1", "D5", "A1")
 @pytest.mark.parametrize(
-    "base, per_ki, cap, elapsed, timed_out",
+    "base, per_ki_at_4, cap, elapsed, timed_out",
     [
-        # 8 tokens: uncapped budget 1.0 + 256 * 8/1024 = 3.0, capped at 2.0
+        # per_ki_at_4: the per-1024-token rate at 4-token pages, scaled to the implementation's page size so that
+        # a 2-page hit's budget stays the same. 2 pages: uncapped budget 1.0 + 256 * 8/1024 = 3.0, capped at 2.0
         pytest.param(1.0, 256.0, 2.0, 2.5, True, id="capped-past-max"),
         pytest.param(1.0, 256.0, 2.0, 1.5, False, id="capped-before-max"),
         # uncapped budget 1.0 + 64 * 8/1024 = 1.5: the per-token term counts
@@ -172,17 +172,19 @@ def test_timeout_boundary_is_strict(impl, make_cache, clock, profile):
         pytest.param(1.0, 64.0, 2.0, 1.75, True, id="past-per-token-budget"),
     ],
 )
-def test_timeout_budget(impl, make_cache, clock, base, per_ki, cap, elapsed, timed_out):
-    config = TerminationConfig(policy="timeout", page_size=PAGE_SIZE, timeout_base_s=base, timeout_per_ki_token_s=per_ki, timeout_max_s=cap)
+def test_timeout_budget(impl, make_cache, clock, base, per_ki_at_4, cap, elapsed, timed_out, page_size):
+    per_ki = per_ki_at_4 * 4 / page_size
+    tokens = 2 * page_size
+    config = TerminationConfig(policy="timeout", page_size=page_size, timeout_base_s=base, timeout_per_ki_token_s=per_ki, timeout_max_s=cap)
     cache = make_cache(termination=config)
     budget = timeout_budget(config, 2)
     assert (elapsed > budget) == timed_out, "test setup disagrees with the spec's budget"
-    state = DecisionState(policy="timeout", page_size=PAGE_SIZE, hit_pages=2, completed_tokens=PAGE_SIZE, timed_out=timed_out,
+    state = DecisionState(policy="timeout", page_size=page_size, hit_pages=2, completed_tokens=page_size, timed_out=timed_out,
                           pool_transfers_present=False, pool_transfers_done=True, terminated=False)
     got = cache.can_terminate(cache.make_operation(state, start_time=clock.now() - elapsed))
-    uncapped = base + per_ki * 8 / 1024
-    why = f": no cap (its budget looks like {base} + {per_ki} * 8/1024 = {uncapped}s)" if not got and cap < elapsed < uncapped else ""
+    uncapped = base + per_ki * tokens / 1024
+    why = f": no cap (its budget looks like {base} + {per_ki} * {tokens}/1024 = {uncapped}s)" if not got and cap < elapsed < uncapped else ""
     assert got is timed_out, (
         f"T1: {impl.name} {'terminated' if got else 'kept waiting for'} a partial prefetch {elapsed}s after its start; "
-        f"the budget is min({cap}, {base} + {per_ki} * 8/1024) = {budget}s{why}"
+        f"the budget is min({cap}, {base} + {per_ki} * {tokens}/1024) = {budget}s{why}"
     )

@@ -13,6 +13,8 @@ A failure names the schedule and the explore.replay(...) call reproducing it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conformance.scenarios.catalogue import SCENARIOS, Scenario
@@ -40,7 +42,8 @@ def _params():
 
 
 @pytest.mark.parametrize("scenario,root", list(_params()))
-def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[str, ...], tmp_path, request, profile):
+def test_every_interleaving(impl, make_cache, scenario: Scenario, root: tuple[str, ...], tmp_path, request, profile, page_size):
+    scenario = replace(scenario, page_size=page_size)  # the implementation's own page size
     io_order = adapter_io_order(impl)
     result = explore(make_cache, scenario, storage_dir=tmp_path / "explored", root=root, io_order=io_order, profile=profile.id)
     # The matrix summary prints one line of counts per implementation, summed over the subtrees (and the JSON report carries them).

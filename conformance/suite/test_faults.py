@@ -37,7 +37,6 @@ RID = "faulty"
 # KV always; an extra pool only for adapters running with it.
 POOL_PARAMS = ["kv", *(pytest.param(p, marks=pytest.mark.needs(f"default_pool:{p}")) for p in ("indexer", "mamba"))]
 EXTRA = pytest.mark.needs("extra_pools")
-PAGE_SIZE = 4
 PAGES = 4
 BATCH_PAGES = 2  # two KV batches
 
@@ -49,9 +48,10 @@ class Rig:
     clock: Any
     storage_dir: Path
     make: Callable[..., Any]
+    page_size: int
 
     def config(self, policy: str) -> TerminationConfig:
-        return TerminationConfig(policy=policy, page_size=PAGE_SIZE)
+        return TerminationConfig(policy=policy, page_size=self.page_size)
 
 
 @pytest.fixture
@@ -63,14 +63,14 @@ def rig(make_cache, clock, tmp_path, profile):
 
     def make(policy: str = "wait_complete", **fields):
         fields.setdefault("batch_pages", BATCH_PAGES)
-        return make_cache(policy=policy, page_size=PAGE_SIZE, trace=trace, clock=clock, storage_dir=storage_dir, **fields)
+        return make_cache(policy=policy, trace=trace, clock=clock, storage_dir=storage_dir, **fields)
 
-    yield Rig(trace, gate, clock, storage_dir, make)
+    yield Rig(trace, gate, clock, storage_dir, make, make_cache.page_size)
     gate.close()  # release parked threads before make_cache closes the caches
 
 
-def stored_request(cache, seed: int = 5) -> tuple[list[int], dict]:
-    tokens = request_tokens(seed, PAGES * PAGE_SIZE)
+def stored_request(rig: Rig, cache, seed: int = 5) -> tuple[list[int], dict]:
+    tokens = request_tokens(seed, PAGES * rig.page_size)
     data = request_data(cache, tokens, seed)
     store(cache, tokens, data)
     return tokens, data
@@ -133,13 +133,13 @@ def finish(rig: Rig, cache, policy: str, tokens, data, committed: int):
     return check_outcome(cache, rig.trace, rig.config(policy), tokens, data, committed)
 
 
-def assert_usable_prefix(cache, loaded, committed: int, usable_pages: int, damaged_pool: str) -> None:
+def assert_usable_prefix(rig: Rig, cache, loaded, committed: int, usable_pages: int, damaged_pool: str) -> None:
     """No more than the usable prefix (of the damaged pool) was committed; a damaged state is never served."""
     layout = cache.pools[damaged_pool]
     if layout.unit == "state":
         assert damaged_pool not in loaded.data, f"F4: the {damaged_pool} state was missing in storage, yet one was loaded"
         return
-    assert committed <= usable_pages * PAGE_SIZE, (
+    assert committed <= usable_pages * rig.page_size, (
         f"F3: {committed} tokens committed although pool {damaged_pool} has only {usable_pages} usable pages"
     )
 
@@ -149,9 +149,9 @@ def assert_usable_prefix(cache, loaded, committed: int, usable_pages: int, damag
 @pytest.mark.clause("F3", "F11", "F8", "S1", "S3", "S5", "L1", "L5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
+def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch, page_size):
     cache = rig.make(policy)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     rig.gate.fail(f"storage raises at KV batch {batch}", nth_load(rig, "kv", batch))
     assert cache.prefetch(RID, tokens) == len(tokens)
     cache.wait_prefetch_io(RID)
@@ -159,7 +159,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
     failed = [e for e in rig.trace.events() if e.kind is EventKind.IO_END and e.op == RID and e.pool == "kv" and e.value is False]
     assert failed, "the injected storage error was not recorded as a failed transfer (io_end with ok False)"
     good_pages = (batch - 1) * BATCH_PAGES
-    assert committed <= good_pages * PAGE_SIZE, f"F3: {committed} tokens committed, but only {good_pages} pages arrived before the failed batch"
+    assert committed <= good_pages * page_size, f"F3: {committed} tokens committed, but only {good_pages} pages arrived before the failed batch"
     finish(rig, cache, policy, tokens, data, committed)
 
 
@@ -170,7 +170,7 @@ def test_storage_raising_is_a_failed_transfer(rig, impl, policy, batch):
 def test_partial_hit_loads_only_the_stored_prefix(rig, impl, pool):
     cache = rig.make("wait_complete")
     need_pool(cache, impl, pool)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     key, usable = damaged_page(rig, pool)
     stored_file(rig, impl, key).unlink()
     if cache.prefetch(RID, tokens):
@@ -180,7 +180,7 @@ def test_partial_hit_loads_only_the_stored_prefix(rig, impl, pool):
     else:  # an implementation may see the short hit up front and queue nothing
         committed = 0
         loaded = check_outcome(cache, rig.trace, rig.config("wait_complete"), tokens, data, 0)
-    assert_usable_prefix(cache, loaded, committed, usable, pool)
+    assert_usable_prefix(rig, cache, loaded, committed, usable, pool)
 
 
 def _truncate(path: Path) -> None:
@@ -207,7 +207,7 @@ def _flip_payload_byte(path: Path) -> None:
 def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
     cache = rig.make("wait_complete")
     need_pool(cache, impl, pool)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     key, usable = damaged_page(rig, pool)
     damage(stored_file(rig, impl, key))
     assert cache.prefetch(RID, tokens) == len(tokens)  # the page exists: only the get finds it unusable
@@ -220,7 +220,7 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
         if str(exc).startswith("S5: "):
             raise AssertionError(f"S7: a damaged page of pool {pool} was served as data: {str(exc)[4:]}") from None
         raise
-    assert_usable_prefix(cache, loaded, committed, usable, pool)
+    assert_usable_prefix(rig, cache, loaded, committed, usable, pool)
 
 
 # --- IO past the timeout ---------------------------------------------------------------------------
@@ -228,10 +228,10 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch, then the extra-pool get after all of KV")
 @pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F11", "F4", "F5", "F10", "S1", "S3", "S5")
 @pytest.mark.parametrize("held", ["kv-batch-2", pytest.param("extra-pool", marks=EXTRA)])
-def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
+def test_io_past_the_timeout_is_excluded(rig, impl, held, profile, page_size):
     cache = rig.make("timeout")
     extras = extra_pools(cache)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     target = ("kv", 2) if held == "kv-batch-2" else (extras[0], 1)
     hold = rig.gate.hold(f"{held} of {RID}", nth_load(rig, *target))
     assert cache.prefetch(RID, tokens) == len(tokens)
@@ -246,7 +246,7 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
     # F3/F5: only finished IO counts; the held transfer and everything after it are excluded.
     kv_pages = BATCH_PAGES if held == "kv-batch-2" else PAGES
     pools = [PoolProgress(name, cache.pools[name].hit_policy, 0) for name in extras]
-    want = committable_pages(kv_pages, pools) * PAGE_SIZE
+    want = committable_pages(kv_pages, pools) * page_size
     assert committed == want, f"F3: committed {committed} tokens at the timeout; finished IO allows exactly {want}"
     hold.release()
     loaded = finish(rig, cache, "timeout", tokens, data, committed)
@@ -263,7 +263,7 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held, profile):
 def test_extra_pool_failing_after_kv(rig, impl, policy):
     cache = rig.make(policy)
     extras = extra_pools(cache)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     for name in extras:
         rig.gate.fail(f"storage raises at the {name} transfer", nth_load(rig, name, 1))
     assert cache.prefetch(RID, tokens) == len(tokens)
@@ -285,7 +285,7 @@ def test_extra_pool_failing_after_kv(rig, impl, policy):
 def test_abort_mid_prefetch_returns_every_slot(rig, impl, policy, when):
     cache = rig.make(policy)
     extras = extra_pools(cache)
-    tokens, data = stored_request(cache)
+    tokens, data = stored_request(rig, cache)
     hold = None
     if when in ("kv-batch-2", "extra-pool"):
         target = ("kv", 2) if when == "kv-batch-2" else (extras[0], 1)
@@ -309,13 +309,13 @@ def test_abort_mid_prefetch_returns_every_slot(rig, impl, policy, when):
 
 @pytest.mark.clause("F8", "S3", "S5")
 @pytest.mark.parametrize(("host_pages", "threshold_pages"), [(3, 1), (1, 2)], ids=["shrinks", "skipped"])
-def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, threshold_pages):
+def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, threshold_pages, page_size):
     writer = rig.make("wait_complete")
-    tokens, data = stored_request(writer)
+    tokens, data = stored_request(rig, writer)
     cache = rig.make("wait_complete", host_pages=host_pages, threshold_pages=threshold_pages)
     requested = cache.prefetch(RID, tokens)
-    fits = host_pages * PAGE_SIZE
-    assert requested % PAGE_SIZE == 0 and 0 <= requested <= fits, (
+    fits = host_pages * page_size
+    assert requested % page_size == 0 and 0 <= requested <= fits, (
         f"prefetch requested {requested} tokens with room for {fits}: it must shrink to whole pages that fit, or be skipped"
     )
     if host_pages < threshold_pages:
@@ -326,7 +326,7 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
         committed = drive(cache, [RID], max_steps=3, trace=rig.trace)[RID]
         # The hit may be shorter than what fits: a state pool's hit ends where a state is stored.
         hits = [int(e.value) for e in rig.trace.events() if e.kind is EventKind.HIT and e.op == RID]
-        hit_tokens = (hits[-1] if hits else 0) * PAGE_SIZE
+        hit_tokens = (hits[-1] if hits else 0) * page_size
         assert committed == hit_tokens <= requested, f"L1: wait_complete committed {committed} tokens of a {hit_tokens}-token hit ({requested} requested)"
         served = sum(cache.match(tokens))
         assert served >= committed, f"F8: {committed} tokens committed, but a match serves only {served}"

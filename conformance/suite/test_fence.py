@@ -14,13 +14,12 @@ from conformance.scenarios.workload import assert_whole_commit, drive, pass_dead
 from spec.config import TerminationConfig
 from spec.trace import BACKUP, HOST, LOAD, WRITE_BACK_COPY, EventKind
 
-PS = 4
 PAGES = 4
 BATCH = 2
 
 
 def make(make_cache, policy: str, **env):
-    config = TerminationConfig(policy=policy, page_size=PS)
+    config = TerminationConfig(policy=policy, page_size=make_cache.page_size)
     return make_cache(termination=config, batch_pages=BATCH, **env), config
 
 
@@ -42,10 +41,10 @@ def held_transfer(cache, where: str):
 @pytest.mark.clause("F1", "F5", "S2", "S3")
 @pytest.mark.parametrize("batch", ["whole", "partly_missing"])
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
-def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clock, policy, profile, batch, tmp_path):
+def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clock, policy, profile, batch, tmp_path, page_size):
     """partly_missing: the held batch's second page is gone from storage, so it ends with one page loaded and one failed, after the terminate."""
     cache, config = make(make_cache, policy)
-    tokens, _ = stored_request(cache, seed=31, pages=PAGES, page_size=PS)
+    tokens, _ = stored_request(cache, seed=31, pages=PAGES, page_size=page_size)
     held = gate.hold("first KV batch", io_start("kv"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
@@ -70,9 +69,9 @@ def test_terminate_stops_every_later_transfer(impl, make_cache, trace, gate, clo
 @pytest.mark.clause("F8", "F5", "F1", "S2", "S3")
 @pytest.mark.parametrize("where", ["kv", pytest.param("extra", marks=pytest.mark.needs("extra_pools"))])
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-def test_abort_with_io_held_returns_every_slot(impl, make_cache, trace, gate, policy, where):
+def test_abort_with_io_held_returns_every_slot(impl, make_cache, trace, gate, policy, where, page_size):
     cache, config = make(make_cache, policy)
-    tokens, _ = stored_request(cache, seed=32, pages=PAGES, page_size=PS)
+    tokens, _ = stored_request(cache, seed=32, pages=PAGES, page_size=page_size)
     description, predicate = held_transfer(cache, where)
     held = gate.hold(description, predicate)
     assert cache.prefetch("r1", tokens) == len(tokens)
@@ -86,10 +85,10 @@ def test_abort_with_io_held_returns_every_slot(impl, make_cache, trace, gate, po
 
 @pytest.mark.clause("F8", "F5", "S1", "S3", "S5")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-def test_prefetch_again_after_abort_serves_the_stored_bytes(impl, make_cache, trace, gate, policy):
+def test_prefetch_again_after_abort_serves_the_stored_bytes(impl, make_cache, trace, gate, policy, page_size):
     """The aborted operation's late IO must not touch the slots of the next prefetch of the same tokens."""
     cache, config = make(make_cache, policy)
-    tokens, data = stored_request(cache, seed=33, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=33, pages=PAGES, page_size=page_size)
     held = gate.hold("first KV batch of the aborted prefetch", io_start("kv", op="r1"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
@@ -107,11 +106,11 @@ def test_prefetch_again_after_abort_serves_the_stored_bytes(impl, make_cache, tr
 
 @pytest.mark.clause("F8", "X4")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-def test_no_hit_for_a_prefetch_that_was_never_queued(impl, make_cache, trace, policy):
+def test_no_hit_for_a_prefetch_that_was_never_queued(impl, make_cache, trace, policy, page_size):
     cache, config = make(make_cache, policy)
-    tokens, _ = stored_request(cache, seed=34, pages=PAGES, page_size=PS)
+    tokens, _ = stored_request(cache, seed=34, pages=PAGES, page_size=page_size)
     assert no_hit_reported(cache.check_progress(["never-started"]), "never-started"), "F8: a request with no prefetch reported a hit"
-    short = tokens[: PS - 1]  # less than a page: nothing to prefetch
+    short = tokens[: page_size - 1]  # less than a page: nothing to prefetch
     assert cache.prefetch("short", short) == 0, "a prefetch shorter than one page must not be queued"
     assert no_hit_reported(cache.check_progress(["short"]), "short"), "F8: a prefetch that was never queued reported a hit"
     assert cache.match(tokens) == (0, 0), "F8: nothing was committed, yet the tree serves tokens"
@@ -123,13 +122,13 @@ def test_no_hit_for_a_prefetch_that_was_never_queued(impl, make_cache, trace, po
 @pytest.mark.clause("F7", "F3", "F11", "S2", "S3")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
 @pytest.mark.needs("pool:indexer", "default_pool:indexer")
-def test_short_side_pool_hit_revokes(impl, make_cache, trace, tmp_path, policy):
+def test_short_side_pool_hit_revokes(impl, make_cache, trace, tmp_path, policy, page_size):
     storage = tmp_path / "f7-storage"
     cache, config = make(make_cache, policy, storage_dir=storage, threshold_pages=2)
-    tokens = request_tokens(35, PAGES * PS)
+    tokens = request_tokens(35, PAGES * page_size)
     data = request_data(cache, tokens, 35)
     # Page 1 alone first, so the later pages' indexer files are told apart.
-    store(cache, tokens[:PS], {k: (v if cache.pools[k].unit == "state" else v[:PS]) for k, v in data.items()})
+    store(cache, tokens[:page_size], {k: (v if cache.pools[k].unit == "state" else v[:page_size]) for k, v in data.items()})
     head = pool_files(storage, "indexer", trace)
     store(cache, tokens, data)
     remove_files(pool_files(storage, "indexer", trace) - head)  # KV hits 4 pages, the indexer 1 (< 2)
@@ -148,10 +147,10 @@ def test_short_side_pool_hit_revokes(impl, make_cache, trace, tmp_path, policy):
 @pytest.mark.clause("F4", "F3", "F11", "S3", "S5")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
 @pytest.mark.needs("pool:mamba", "default_pool:mamba")
-def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, gate, tmp_path, policy):
+def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, gate, tmp_path, policy, page_size):
     storage = tmp_path / "f4-storage"
     cache, config = make(make_cache, policy, storage_dir=storage)
-    tokens, data = stored_request(cache, seed=36, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=36, pages=PAGES, page_size=page_size)
     held = gate.hold("first KV batch", io_start("kv"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
@@ -173,7 +172,7 @@ def test_trailing_state_missing_in_storage_is_dropped(impl, make_cache, trace, g
 def prefetch_one_prefix_twice(make_cache, trace, policy: str, seed: int) -> None:
     """Two prefetches of one stored prefix, both loaded before either commits: both commit it whole, the second over the first."""
     cache, config = make(make_cache, policy)
-    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=make_cache.page_size)
     first = cache.prefetch("r1", tokens)
     assert first == len(tokens), f"F8: a prefetch of {len(tokens)} stored tokens requested {first}"
     second = cache.prefetch("r2", tokens)
@@ -209,19 +208,19 @@ def test_two_prefetches_of_one_prefix_leave_one_state(impl, make_cache, trace, p
 
 @pytest.mark.clause("S5", "S3", "F8")
 @pytest.mark.needs("pool:mamba", "default_pool:mamba")
-def test_a_full_host_state_pool_serves_each_prefix_its_own_state(impl, make_cache, trace):
+def test_a_full_host_state_pool_serves_each_prefix_its_own_state(impl, make_cache, trace, page_size):
     """More prefixes than the state pools hold, each with its own state: host state eviction must run.
 
     Whatever a prefix still matches afterwards loads its own bytes and, where a
     state is served, the state written at exactly that length; the newest
     prefix, just written, is served whole.
     """
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     # Two device state slots, and a host state pool the adapter sizes from them: a dozen prefixes overflow both.
     cache = make_cache(termination=config, batch_pages=BATCH, state_slots=2)
     prefixes = []
     for seed in range(50, 62):
-        tokens = request_tokens(seed, 2 * PS)
+        tokens = request_tokens(seed, 2 * page_size)
         data = request_data(cache, tokens, seed)
         cache.write(tokens, data)
         cache.flush()
@@ -247,7 +246,7 @@ def host_state_evicted(e) -> bool:
 
 @pytest.mark.clause("S3", "F9", "S5")
 @pytest.mark.needs("pool:mamba", "default_pool:mamba")
-def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, trace, gate):
+def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, trace, gate, page_size):
     """A full host state pool evicts while one prefix's storage backup is held, that prefix least recently used.
 
     Under write_back a device tier of two prefixes backs its prefixes up to
@@ -257,11 +256,11 @@ def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, t
     reads. Freed under the backup, the slot goes to the next prefix's state
     and the backup stores those bytes under the held prefix's key.
     """
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH, state_slots=2, device_pages=4, write_policy="write_back")
     earlier = []
     for seed in range(90, 102):  # until host state eviction has run: the host state pool is full
-        tokens = request_tokens(seed, 2 * PS)
+        tokens = request_tokens(seed, 2 * page_size)
         cache.write(tokens, request_data(cache, tokens, seed))
         cache.flush()
         earlier.append(tokens)
@@ -270,13 +269,13 @@ def test_host_state_eviction_spares_a_state_its_backup_reads(impl, make_cache, t
     held = gate.hold("the storage backup of the held prefix's state", state_backup)
     prefixes = []
     for seed in (102, 103):  # the second pushes the first to the host, whose storage backup is held
-        tokens = request_tokens(seed, 2 * PS)
+        tokens = request_tokens(seed, 2 * page_size)
         prefixes.append((tokens, request_data(cache, tokens, seed)))
         cache.write(*prefixes[-1])
     held.wait_reached()
     for tokens in earlier:  # every other host state is now more recent than the held one
         cache.match(tokens)
-    pusher = request_tokens(104, 2 * PS)
+    pusher = request_tokens(104, 2 * page_size)
     cache.write(pusher, request_data(cache, pusher, 104))  # pushes the second to the host: its state needs a slot
     held.release()
     cache.flush()
@@ -304,14 +303,14 @@ def write_back_copy(e) -> bool:
 
 @pytest.mark.clause("F9", "S3", "S5")
 @pytest.mark.needs("held_copies")
-def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace, gate, device):
+def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace, gate, device, page_size):
     """A duplicate prefix inserted while the first copy's backup is held: de-duplication frees only idle slots."""
     require_held_copies(impl, device)
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     # Device room for exactly two requests: a wrongly freed slot is handed straight to the next one.
     cache = make_cache(termination=config, batch_pages=BATCH, device_pages=2 * PAGES)
-    tokens_a = request_tokens(37, PAGES * PS)
-    tokens_b = request_tokens(38, PAGES * PS)
+    tokens_a = request_tokens(37, PAGES * page_size)
+    tokens_b = request_tokens(38, PAGES * page_size)
     data_a, data_b = request_data(cache, tokens_a, 37), request_data(cache, tokens_b, 38)
     held = gate.hold("backup copy of A", write_back_copy)
     cache.write(tokens_a, data_a)
@@ -331,12 +330,12 @@ def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace
 
 @pytest.mark.clause("F9", "S1", "S3", "S5")
 @pytest.mark.needs("held_copies")
-def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache, trace, gate, device):
+def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache, trace, gate, device, page_size):
     """The tree gains the same prefix (its host copy still pending) while the prefetch loads: the commit's de-duplication waits for the copy."""
     require_held_copies(impl, device)
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH)
-    tokens, data = stored_request(cache, seed=39, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=39, pages=PAGES, page_size=page_size)
     loading = gate.hold("first KV batch", io_start("kv"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     loading.wait_reached()

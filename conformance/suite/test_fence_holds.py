@@ -34,7 +34,6 @@ from conformance.scenarios.workload import checked_progress, drive
 from spec.config import TerminationConfig
 from spec.trace import LOAD, Event, EventKind
 
-PS = 4
 PAGES = 4
 BATCH = 2
 RACES = 120  # terminates racing the IO thread: a few in a hundred land between two batches
@@ -47,7 +46,7 @@ def trace(clock, profile) -> WatchedTrace:
 
 
 def make(make_cache, policy: str = "best_effort", **env):
-    config = TerminationConfig(policy=policy, page_size=PS)
+    config = TerminationConfig(policy=policy, page_size=make_cache.page_size)
     return make_cache(termination=config, batch_pages=BATCH, **env), config
 
 
@@ -61,9 +60,9 @@ def nth_of(trace, kind: EventKind, pool: str, nth: int):
     return predicate
 
 
-def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed: int):
+def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed: int, page_size: int):
     """A stored request prefetched until its IO is parked at `held_at`, then one best_effort check: (tokens, data, hold, done)."""
-    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=seed, pages=PAGES, page_size=page_size)
     hold = gate.hold(description, held_at)
     assert cache.prefetch("r1", tokens) == len(tokens)
     hold.wait_reached()
@@ -82,12 +81,12 @@ def starts_after_terminate(trace, op: str = "r1") -> list[Event]:
 @pytest.mark.needs("hold_points")
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
 @pytest.mark.clause("F3", "F11", "F5", "S1", "S3")
-def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, trace, gate):
+def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_cache, trace, gate, page_size):
     """Terminate while the second KV batch's storage call has returned but its end has not published it."""
     cache, config = make(make_cache)
     tokens, data, landed, done = terminated_while_held(cache, trace, gate, "second KV batch landed",
-                                                       nth_of(trace, EventKind.IO_LANDED, "kv", 2), seed=71)
-    committed, allowed = done["r1"], fence_tokens(trace.events(), "r1", cache.pools, PS)
+                                                       nth_of(trace, EventKind.IO_LANDED, "kv", 2), seed=71, page_size=page_size)
+    committed, allowed = done["r1"], fence_tokens(trace.events(), "r1", cache.pools, page_size)
     assert committed <= allowed, (
         f"F3: committed {committed} tokens while the second batch's bytes had landed but its end had not published them "
         f"(the fence allows {allowed}: what had ended when it was terminated)")
@@ -101,14 +100,14 @@ def test_a_batch_whose_bytes_landed_but_not_its_end_is_not_committed(impl, make_
 @pytest.mark.needs("hold_points")
 @pytest.mark.io_order("kv_then_extras", "holds the second KV batch with nothing else in flight")
 @pytest.mark.clause("F2", "F3", "F11", "F5", "S1")
-def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_cache, trace, gate):
+def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_cache, trace, gate, page_size):
     """The scheduler is held right after terminate while the second batch ends: the commit must be what the snapshot held.
 
     An implementation that reads progress again after the mark (outside its
     lock, or from the live operation) commits the batch that ended meanwhile.
     """
     cache, config = make(make_cache)
-    tokens, data = stored_request(cache, seed=72, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=72, pages=PAGES, page_size=page_size)
     landed = gate.hold("second KV batch landed", nth_of(trace, EventKind.IO_LANDED, "kv", 2))
     assert cache.prefetch("r1", tokens) == len(tokens)
     landed.wait_reached()
@@ -120,7 +119,7 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
         landed.release()  # the batch ends now, after the mark: nothing of it may count
         ended.wait_reached()
         ended.release()
-    allowed = fence_tokens(trace.events(), "r1", cache.pools, PS)
+    allowed = fence_tokens(trace.events(), "r1", cache.pools, page_size)
     at_terminate.release()
     done = checker.result()
     assert done.get("r1") == allowed, (
@@ -134,7 +133,7 @@ def test_the_commit_uses_the_snapshot_taken_with_the_terminate_mark(impl, make_c
 @pytest.mark.io_order("kv_then_extras", "holds a KV batch's end, before the IO thread's next transfer could start")
 @pytest.mark.clause("F1", "S2", "F5")
 @pytest.mark.parametrize("held", ["first_kv_batch", "last_kv_batch"])
-def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate, held):
+def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache, trace, gate, held, page_size):
     """The IO thread is held right after a KV batch ended; the scheduler terminates; nothing may start after.
 
     first_kv_batch: the next transfer is the second KV batch; last_kv_batch:
@@ -143,7 +142,7 @@ def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache,
     cache, config = make(make_cache)
     nth = 1 if held == "first_kv_batch" else PAGES // BATCH
     tokens, data, ended, done = terminated_while_held(cache, trace, gate, f"KV batch {nth} ended",
-                                                      nth_of(trace, EventKind.IO_END, "kv", nth), seed=73)
+                                                      nth_of(trace, EventKind.IO_END, "kv", nth), seed=73, page_size=page_size)
     ended.release()
     trace.wait_for_event(EventKind.IO_DONE, "r1", WAIT_S)
     checked_progress(cache, [], trace)
@@ -154,7 +153,7 @@ def test_no_batch_starts_after_a_terminate_between_two_batches(impl, make_cache,
 
 
 @pytest.mark.clause("F1", "S2")
-def test_no_batch_starts_after_terminates_that_race_the_io_thread(impl, make_cache, trace, profile):
+def test_no_batch_starts_after_terminates_that_race_the_io_thread(impl, make_cache, trace, profile, page_size):
     """The previous test without hold points: the gap between one batch's end and the next one's start is only hit by racing.
 
     Many prefetches of one-page batches, each terminated once its first batch started, with the interpreter
@@ -162,9 +161,9 @@ def test_no_batch_starts_after_terminates_that_race_the_io_thread(impl, make_cac
     re-check before a batch (begin_io) keeps the next one from starting. Catches a missing re-check
     most runs, never fails a correct implementation.
     """
-    config = TerminationConfig(policy="best_effort", page_size=PS)
+    config = TerminationConfig(policy="best_effort", page_size=page_size)
     cache = make_cache(termination=config, batch_pages=1)
-    requests = {f"r{i}": stored_request(cache, seed=200 + i, pages=2 * PAGES, page_size=PS)[0] for i in range(RACES)}
+    requests = {f"r{i}": stored_request(cache, seed=200 + i, pages=2 * PAGES, page_size=page_size)[0] for i in range(RACES)}
     previous = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
@@ -187,12 +186,12 @@ def test_no_batch_starts_after_terminates_that_race_the_io_thread(impl, make_cac
 @pytest.mark.io_order("kv_then_extras", "damages the window's pages while the first KV batch is held")
 @pytest.mark.clause("F10", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "best_effort"])
-def test_a_window_of_which_one_page_arrived_is_not_attached(impl, make_cache, trace, gate, tmp_path, policy):
+def test_a_window_of_which_one_page_arrived_is_not_attached(impl, make_cache, trace, gate, tmp_path, policy, page_size):
     """One of the window's pages vanishes from storage after the existence check: the window arrives in part only."""
     storage = tmp_path / "window-storage"
     cache, config = make(make_cache, policy, storage_dir=storage, extra_pools=("swa",))
     require_pool(cache, impl, "swa")
-    tokens, data = stored_request(cache, seed=74, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=74, pages=PAGES, page_size=page_size)
     window_files = sorted(pool_files(storage, "swa", trace))
     assert len(window_files) >= 2, f"test setup: expected the window's pages in storage, found {len(window_files)}"
     first_kv = gate.hold("first KV batch (after the existence check)", nth_of(trace, EventKind.IO_START, "kv", 1))

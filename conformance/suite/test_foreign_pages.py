@@ -14,27 +14,27 @@ import pytest
 from conformance.scenarios.workload import drive, request_data, request_tokens, store
 from spec.config import TerminationConfig
 
-PS = 4
 PAGES = 4
 
 
-def _reader_env(differs: str) -> dict:
+def _reader_env(differs: str, page_size: int) -> dict:
     if differs == "page_size":
-        return {"termination": TerminationConfig(policy="wait_complete", page_size=2 * PS)}
-    return {"termination": TerminationConfig(policy="wait_complete", page_size=PS), "kv_format": differs}
+        return {"termination": TerminationConfig(policy="wait_complete", page_size=2 * page_size)}
+    return {"termination": TerminationConfig(policy="wait_complete", page_size=page_size), "kv_format": differs}
 
 
 @pytest.mark.precondition("shared_storage_across_configs")
 @pytest.mark.clause("S6")
 @pytest.mark.parametrize("differs", [pytest.param("dtype", marks=pytest.mark.needs("kv_formats")),
-                                     pytest.param("layout", marks=pytest.mark.needs("kv_formats")), "page_size"])
-def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_path, differs):
+                                     pytest.param("layout", marks=pytest.mark.needs("kv_formats")),
+                                     pytest.param("page_size", marks=pytest.mark.needs("page_sizes"))])
+def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_path, differs, page_size):
     shared = tmp_path / "shared-storage"
-    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=PS), storage_dir=shared)
-    tokens = request_tokens(61, PAGES * PS)
+    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=page_size), storage_dir=shared)
+    tokens = request_tokens(61, PAGES * page_size)
     store(writer, tokens, request_data(writer, tokens, 61))
     writer.close()  # the writing server is gone; its pages stay in storage
-    reader = make_cache(storage_dir=shared, **_reader_env(differs))
+    reader = make_cache(storage_dir=shared, **_reader_env(differs, page_size))
     formats = {name: (pool.dtype, pool.elem_shape) for name, pool in reader.pools.items()}
     served = 0
     if reader.prefetch("r1", tokens):

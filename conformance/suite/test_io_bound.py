@@ -21,7 +21,6 @@ from conformance.oracles.outcome import trailing_pools
 from spec.config import TerminationConfig
 from spec.trace import LOAD, Event, EventKind
 
-PS = 4
 PAGES = 4
 BATCH = 2
 BOUND_S = 8.0  # a binary fraction: the bound is exact on the clock
@@ -94,27 +93,27 @@ def assert_hung_pages_excluded_then_freed(cache, trace, held, hung: list[Event])
 @pytest.mark.io_order("kv_then_extras", "holds the extra-pool get after all of KV")
 @pytest.mark.clause("L4", "F3", "F11", "F5")
 @pytest.mark.needs("extra_pools")
-def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock, profile):
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+def test_a_sidecar_read_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock, profile, page_size):
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH, io_timeout_s=BOUND_S)
     extras = all_pages_extra_pools(cache) + trailing_pools(cache)
-    tokens, _ = stored_request(cache, seed=41, pages=PAGES, page_size=PS)
+    tokens, _ = stored_request(cache, seed=41, pages=PAGES, page_size=page_size)
     held, hung, done = hold_past_the_bound(cache, trace, gate, clock, f"{extras[0]} get", io_start(extras[0]), tokens, profile.counterpart("D3"))
     assert {e.pool for e in hung} <= set(extras), f"a KV load was still running while the {extras[0]} get was held: {hung}"
-    assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     assert_hung_pages_excluded_then_freed(cache, trace, held, hung)
     close_and_check_trace(cache, trace, config)
 
 
 @pytest.mark.io_order("kv_then_extras", "holds a KV batch with nothing else in flight")
 @pytest.mark.clause("L4", "F3", "F11", "F5")
-def test_a_kv_batch_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock, profile):
-    config = TerminationConfig(policy="wait_complete", page_size=PS)
+def test_a_kv_batch_that_never_returns_ends_the_wait_at_its_bound(impl, make_cache, trace, gate, clock, profile, page_size):
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH, io_timeout_s=BOUND_S)
-    tokens, _ = stored_request(cache, seed=42, pages=PAGES, page_size=PS)
+    tokens, _ = stored_request(cache, seed=42, pages=PAGES, page_size=page_size)
     held, hung, done = hold_past_the_bound(cache, trace, gate, clock, "second KV batch", io_start("kv", nth=2, trace=trace), tokens, profile.counterpart("D4"))
     assert {e.pool for e in hung} == {"kv"}, f"expected only the held KV batch in flight, got {[e.describe() for e in hung]}"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
-    assert committed <= BATCH * PS, f"L4: committed {committed} tokens; the pages after the first batch were never loaded in time"
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
+    assert committed <= BATCH * page_size, f"L4: committed {committed} tokens; the pages after the first batch were never loaded in time"
     assert_hung_pages_excluded_then_freed(cache, trace, held, hung)
     close_and_check_trace(cache, trace, config)

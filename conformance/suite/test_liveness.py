@@ -18,7 +18,6 @@ from spec.config import TerminationConfig
 from spec.timeout import timeout_budget
 from spec.trace import EventKind
 
-PS = 4
 PAGES = 4
 BATCH = 2
 
@@ -33,10 +32,10 @@ def last_transfer(cache, trace):
 
 @pytest.mark.clause("L1", "D4", "D5", "A1", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
-def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, gate, policy, profile):
-    config = TerminationConfig(policy=policy, page_size=PS)
+def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, gate, policy, profile, page_size):
+    config = TerminationConfig(policy=policy, page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH)
-    tokens, data = stored_request(cache, seed=21, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=21, pages=PAGES, page_size=page_size)
     description, predicate = last_transfer(cache, trace)
     held = gate.hold(description, predicate)
     assert cache.prefetch("r1", tokens) == len(tokens)
@@ -57,11 +56,11 @@ def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, 
 
 @pytest.mark.clause("L2", "T1", "T2", "A3", "F5", "F8", "S3")
 @pytest.mark.parametrize("held_batch", [1, 2], ids=["first-batch-held", "second-batch-held"])
-def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, trace, gate, clock, held_batch, profile):
+def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, trace, gate, clock, held_batch, profile, page_size):
     # Binary fractions, so the deadline is exact on the clock.
-    config = TerminationConfig(policy="timeout", page_size=PS, timeout_base_s=2.0, timeout_per_ki_token_s=0.5, timeout_max_s=30.0)
+    config = TerminationConfig(policy="timeout", page_size=page_size, timeout_base_s=2.0, timeout_per_ki_token_s=0.5, timeout_max_s=30.0)
     cache = make_cache(termination=config, batch_pages=BATCH)
-    tokens, data = stored_request(cache, seed=22, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=22, pages=PAGES, page_size=page_size)
     held = gate.hold(f"KV batch {held_batch}", io_start("kv", nth=held_batch, trace=trace))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
@@ -76,7 +75,7 @@ def test_timeout_ends_within_its_bound_excluding_io_in_flight(impl, make_cache, 
     clock.set(math.nextafter(deadline, math.inf))
     done = cache.check_progress(["r1"])
     assert "r1" in done, "L2: a check past the deadline must terminate the prefetch"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     held.release()
     served(cache, tokens, data, committed)
     # Only what was committed stays in host memory; the held batch's slots came back when it ended.

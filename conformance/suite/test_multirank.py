@@ -15,6 +15,7 @@ import pytest
 
 from conformance.bounds import HANG_S
 from conformance.multirank import (
+    REQUEST_PAGES,
     MultiRankError,
     Scenario,
     adapter_ref,
@@ -27,7 +28,15 @@ from spec.fence import HitPolicy
 from spec.profiles import VOTE_PROFILES
 from spec.trace import EventKind
 
-FULL = 16  # tokens of every scenario's request (4 pages of 4)
+
+def page_size(outcome) -> int:
+    """The page size the ranks ran at (the implementation's own)."""
+    return outcome.ranks[0].configs[0].page_size
+
+
+def full(outcome) -> int:
+    """Tokens of every scenario's request."""
+    return REQUEST_PAGES * page_size(outcome)
 
 pytestmark = pytest.mark.needs("multi_rank")  # every implementation test here launches ranks
 
@@ -79,8 +88,8 @@ def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
     (outcome,) = run_ranks([Scenario("skewed_kv", {"policy": policy})], world_size)
     last = f"cache 0 check {world_size if extra_pools(outcome) else world_size - 1}"
     finished = outcome.finished_at("r1")
-    assert finished == {rank: (last, FULL) for rank in range(world_size)}, (
-        f"L1/S4: every rank must finish r1 with all {FULL} tokens at {last}, when the slowest rank's IO ended (got {finished})")
+    assert finished == {rank: (last, full(outcome)) for rank in range(world_size)}, (
+        f"L1/S4: every rank must finish r1 with all {full(outcome)} tokens at {last}, when the slowest rank's IO ended (got {finished})")
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
@@ -97,8 +106,8 @@ def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
     tokens = {t for _, t in finished.values()}
     assert len(tokens) == 1, f"S4: the ranks committed different lengths of r1: {finished}"
     # The slow ranks had loaded only part of KV and no extra pool: with an ALL_PAGES pool nothing is committable.
-    want = expected_commit_pages(outcome, "r1") * 4
-    assert tokens == {want} and want < FULL, f"F3/F11: the commit must be the fence's MIN over ranks ({want} tokens), got {tokens}"
+    want = expected_commit_pages(outcome, "r1") * page_size(outcome)
+    assert tokens == {want} and want < full(outcome), f"F3/F11: the commit must be the fence's MIN over ranks ({want} tokens), got {tokens}"
     if has_all_pages_extra(outcome):
         assert want == 0, f"F3: with an ALL_PAGES pool still held on the slow ranks nothing is committable (the fence allows {want})"
 
@@ -117,11 +126,11 @@ def test_extra_pool_pending_on_one_rank(run_ranks, impl, world_size, policy, pro
     finished = outcome.finished_at("r1")
     if policy == "wait_complete":
         # D3 before the reduce: the pending rank's no holds everyone; the next check commits everything.
-        assert finished == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}, (
-            f"D3/X3: the pending rank's no holds every rank at check 1, and check 2 commits all {FULL} tokens (got {finished})")
+        assert finished == {rank: ("cache 0 check 2", full(outcome)) for rank in range(world_size)}, (
+            f"D3/X3: the pending rank's no holds every rank at check 1, and check 2 commits all {full(outcome)} tokens (got {finished})")
     else:
         # Everyone timed out: terminate at once; the held extra pool is excluded by the fence.
-        want = 0 if has_all_pages_extra(outcome) else FULL
+        want = 0 if has_all_pages_extra(outcome) else full(outcome)
         assert finished == {rank: ("cache 0 check 1", want) for rank in range(world_size)}, (
             f"L2/F3: every rank past its deadline ends r1 at check 1, committing {want} tokens (got {finished})")
 
@@ -132,7 +141,7 @@ def assert_aborted_on_one_rank(outcome, world_size: int, aborting: int) -> None:
     assert {rank: r1[rank] for rank in range(aborting)} == {rank: ("cache 0 check 1", 0) for rank in range(aborting)}, (
         f"X4/S4: the ranks still tracking r1 must end it at the check where a peer dropped it, committing 0 (got {r1})")
     r2 = outcome.finished_at("r2")
-    assert r2 == {rank: ("cache 0 check 2", FULL) for rank in range(world_size)}, f"L1/S4: r2, checked in the same steps, must commit in full at check 2 (got {r2})"
+    assert r2 == {rank: ("cache 0 check 2", full(outcome)) for rank in range(world_size)}, f"L1/S4: r2, checked in the same steps, must commit in full at check 2 (got {r2})"
     matches = [r.matches["r1"] for r in outcome.ranks]
     assert all(m == (0, 0) for m in matches), f"F8: an aborted r1 must leave nothing in the tree (matches {matches})"
 
@@ -168,21 +177,27 @@ def test_waiting_timeout_abort_on_one_rank(run_ranks, impl, harness, world_size)
     assert_aborted_on_one_rank(outcome, world_size, aborting)
 
 
+@pytest.mark.precondition("rank_local_backups")
 @pytest.mark.clause("S4", "S5", "X1", "L3", "F3", "F11")
 def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     """Rank 1's storage lacks the last two pages: the hit is the MIN, on both ranks."""
     (outcome,) = run_ranks([Scenario("storage_miss_on_one_rank", {"missing_rank": 1})])
     hits = {r.rank: [int(e.value) for e in r.traces[0].events if e.kind is EventKind.HIT and e.op == "r1"] for r in outcome.ranks}
     assert hits == {0: [2], 1: [2]}, f"S4: the hit must be the MIN over ranks (2 pages) on every rank, got {hits}"
-    assert outcome.finished_at("r1") == {0: ("cache 0 check 1", 8), 1: ("cache 0 check 1", 8)}
-    assert {r.rank: [(load.request_id, load.tokens) for load in r.loads] for r in outcome.ranks} == {0: [("r1", 8)], 1: [("r1", 8)]}
+    half = 2 * page_size(outcome)
+    finished = outcome.finished_at("r1")
+    assert finished == {0: ("cache 0 check 1", half), 1: ("cache 0 check 1", half)}, f"S4/F3: both ranks commit the 2 agreed pages at check 1 (got {finished})"
+    loads = {r.rank: [(load.request_id, load.tokens) for load in r.loads] for r in outcome.ranks}
+    assert loads == {0: [("r1", half)], 1: [("r1", half)]}, f"S4: both ranks serve the 2 agreed pages (got {loads})"
 
 
 @pytest.mark.clause("S4", "F3", "F11", "X1", "L1", "L3")
 def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     """Rank 1's second KV batch fails in storage: it trims its hit, and both ranks commit the MIN."""
     (outcome,) = run_ranks([Scenario("get_fails_on_one_rank", {"failing_rank": 1})])
-    assert outcome.finished_at("r1") == {0: ("cache 0 check 1", 8), 1: ("cache 0 check 1", 8)}
+    half = 2 * page_size(outcome)
+    finished = outcome.finished_at("r1")
+    assert finished == {0: ("cache 0 check 1", half), 1: ("cache 0 check 1", half)}, f"S4/F3: both ranks commit the MIN, 2 pages, at check 1 (got {finished})"
     failed = [e for e in outcome.ranks[1].traces[0].events if e.kind is EventKind.IO_END and e.op == "r1" and not e.value]
     assert failed, "the injected failure did not reach rank 1's load"
 
@@ -230,10 +245,10 @@ def test_cross_rank_orders_around_the_vote(run_ranks, policy):
     for case, tokens in results.items():
         at_terminate = [term for _, term in case]
         if policy == "wait_complete" or all(level == "done" for level in at_terminate):
-            assert tokens == FULL, f"L1/F11: case {case}: every rank's IO was done, yet {tokens} of {FULL} tokens were committed"
+            assert tokens == full(outcome), f"L1/F11: case {case}: every rank's IO was done, yet {tokens} of {full(outcome)} tokens were committed"
         elif "partial" in at_terminate or all_pages:
             # Some rank lacks KV pages, or an ALL_PAGES pool is still held: the MIN is short.
-            assert tokens is None or tokens < FULL, f"F3: case {case}: {tokens} tokens committed although some rank lacked pages"
+            assert tokens is None or tokens < full(outcome), f"F3: case {case}: {tokens} tokens committed although some rank lacked pages"
         if all_pages and any(level != "done" for level in at_terminate) and policy != "wait_complete":
             assert not tokens, f"F3: case {case}: {tokens} tokens committed while an ALL_PAGES pool was still held"
 
@@ -267,7 +282,7 @@ def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
         Scenario("in_groups", {"layout": GRID, "inner": "abort_on_one_rank", "aborting_rank": 3, "peers_level": "done"}),
     ], 4)
     r2 = aborted.finished_at("r2")
-    assert r2 == {rank: ("cache 0 check 2", FULL) for rank in range(4)}, f"L1/S4: r2 must commit in full at check 2 on every rank (got {r2})"
+    assert r2 == {rank: ("cache 0 check 2", full(aborted)) for rank in range(4)}, f"L1/S4: r2 must commit in full at check 2 on every rank (got {r2})"
     matches = {r.rank: r.matches["r1"] for r in aborted.ranks}
     assert matches == {rank: (0, 0) for rank in range(4)}, f"F8: the aborted r1 must leave nothing in any rank's tree (matches {matches})"
 
@@ -283,7 +298,7 @@ def test_2x2_groups_skewed_io(run_ranks, impl, require):
     """
     (skewed,) = run_ranks([Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"})], 4)
     finished = skewed.finished_at("r1")
-    assert finished == {rank: ("cache 0 check 4", FULL) for rank in range(4)}, f"L1/S4: every rank must finish r1 at the slowest rank's step (got {finished})"
+    assert finished == {rank: ("cache 0 check 4", full(skewed)) for rank in range(4)}, f"L1/S4: every rank must finish r1 at the slowest rank's step (got {finished})"
     for r in skewed.ranks:
         groups = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE}
         # X2: upstream's attention rule (every attention group larger than one rank), or hi_mamba's (tp only).

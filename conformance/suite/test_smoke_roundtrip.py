@@ -7,9 +7,9 @@ from spec import check
 
 
 @pytest.mark.clause("S5", "L1", "F11", "F3", "F8")
-def test_roundtrip_through_storage(make_cache, trace):
+def test_roundtrip_through_storage(make_cache, trace, page_size):
     cache = make_cache(policy="wait_complete")
-    tokens = list(range(1, 17))
+    tokens = list(range(1, 4 * page_size + 1))  # four pages
     g = torch.Generator().manual_seed(0)
     data = {}
     for name, pool in cache.pools.items():
@@ -21,11 +21,11 @@ def test_roundtrip_through_storage(make_cache, trace):
     matched = cache.match(tokens)
     assert matched == (0, 0), f"F8: evict_all() left {matched} tokens matched in the device and host tiers"
     requested = cache.prefetch("r1", tokens)
-    assert requested == 16, f"F8: a prefetch of 16 stored tokens requested {requested}"
+    assert requested == len(tokens), f"F8: a prefetch of {len(tokens)} stored tokens requested {requested}"
     cache.wait_prefetch_io("r1")
-    assert_whole_commit(checked_progress(cache, ["r1"], trace), "r1", 16, "the first check after the IO ended")
+    assert_whole_commit(checked_progress(cache, ["r1"], trace), "r1", len(tokens), "the first check after the IO ended")
     loaded = cache.load_back(tokens)
-    assert loaded.tokens == 16, f"F8: 16 tokens committed but a match now loads {loaded.tokens}"
+    assert loaded.tokens == len(tokens), f"F8: {len(tokens)} tokens committed but a match now loads {loaded.tokens}"
     assert_loaded_bytes(cache, loaded, data, len(tokens))  # every pool; a window pool: the window before the end
     violations = check(trace.trace(), None)
     assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])

@@ -18,7 +18,6 @@ from conformance.scenarios.workload import checked_progress, drive, pass_deadlin
 from spec.config import TerminationConfig
 from spec.trace import EventKind, TraceRecorder
 
-PS = 4  # page size
 PAGES = 4  # pages per request: two KV batches of two pages
 BATCH = 2
 # Each pool param is collected only for adapters running with that pool.
@@ -32,7 +31,7 @@ def trace(clock, profile):
 
 
 def make(make_cache, policy: str, **env):
-    config = TerminationConfig(policy=policy, page_size=PS)
+    config = TerminationConfig(policy=policy, page_size=make_cache.page_size)
     return make_cache(termination=config, batch_pages=BATCH, **env), config
 
 
@@ -47,9 +46,9 @@ def extra_cache(impl, make_cache, policy: str, pool: str):
 @pytest.mark.clause("D3", "D4", "D5", "L1", "S1", "S5")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
-def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, policy, pool, profile):
+def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, policy, pool, profile, page_size):
     cache, config = extra_cache(impl, make_cache, policy, pool)
-    tokens, data = stored_request(cache, seed=11, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=11, pages=PAGES, page_size=page_size)
     held = gate.hold(f"{pool} get", io_start(pool))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
@@ -66,15 +65,15 @@ def test_no_termination_while_extra_get_runs(impl, make_cache, trace, gate, poli
 
 @pytest.mark.clause("D1", "F6", "F3", "F11", "F4", "F5", "S1", "S3")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
-def test_w1_best_effort_commit_excludes_running_extra_get(impl, make_cache, trace, gate, pool, profile):
+def test_w1_best_effort_commit_excludes_running_extra_get(impl, make_cache, trace, gate, pool, profile, page_size):
     cache, config = extra_cache(impl, make_cache, "best_effort", pool)
-    tokens, data = stored_request(cache, seed=12, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=12, pages=PAGES, page_size=page_size)
     held = gate.hold(f"{pool} get", io_start(pool))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     done = cache.check_progress(["r1"])
     assert "r1" in done, f"{profile.counterpart('D1')}: best_effort must stop waiting at the first check"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     if pool in all_pages_extra_pools(cache):
         assert committed == 0, f"F6: best_effort committed {committed} tokens whose {pool} pages were still being written"
     elif not all_pages_extra_pools(cache):
@@ -97,7 +96,7 @@ def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str |
     assert cache.prefetch("r1", tokens) == len(tokens)
     first_kv.wait_reached()
     if timed_out:
-        pass_deadline(cache, clock, config, len(tokens) // PS, ["r1"], profile)
+        pass_deadline(cache, clock, config, len(tokens) // config.page_size, ["r1"], profile)
     at_vote = gate.hold("scheduler at its vote", vote_of("r1"))
     checker = Background("check_progress(['r1'])", cache.check_progress, ["r1"])
     with checker.parked_at(gate):  # the scheduler thread must be back before teardown closes the cache
@@ -112,12 +111,12 @@ def vote_then_io_moves(cache, tokens, config, trace, gate, clock, *, pool: str |
 
 @pytest.mark.clause("F1", "F2", "F3", "F11", "F5", "S1", "S2")
 @pytest.mark.parametrize("pool", EXTRA_POOLS)
-def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, clock, pool, profile):
+def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, clock, pool, profile, page_size):
     cache, config = extra_cache(impl, make_cache, "timeout", pool)
-    tokens, data = stored_request(cache, seed=13, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=13, pages=PAGES, page_size=page_size)
     done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=pool, timed_out=True, profile=profile)
     assert "r1" in done, "L2: past its deadline with a yes vote, the check must terminate the prefetch"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     later.release()
     served(cache, tokens, data, committed)
     close_and_check_trace(cache, trace, config)
@@ -129,18 +128,18 @@ def test_w2_io_moves_between_vote_and_terminate(impl, make_cache, trace, gate, c
 @pytest.mark.clause("F3", "F11", "F4", "F5", "S1", "S5")
 @pytest.mark.parametrize("pools", ["default", "without_all_pages"])
 @pytest.mark.parametrize("policy", ["best_effort", "timeout"])
-def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, trace, gate, clock, tmp_path, policy, pools, profile):
+def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, trace, gate, clock, tmp_path, policy, pools, profile, page_size):
     extra = impl.default_extra_pools
     if pools == "without_all_pages":
         # An ALL_PAGES pool loads after KV, so its clamp alone yields 0 here and would hide a commit past the KV pages.
         # A probe instance, on its own trace and storage, tells which default pools those are; the teardown closes it.
-        probe = make_cache(policy, PS, storage_dir=tmp_path / "probe-storage", trace=TraceRecorder(clock))
+        probe = make_cache(policy, page_size, storage_dir=tmp_path / "probe-storage", trace=TraceRecorder(clock))
         clamping = set(all_pages_extra_pools(probe))
         extra = tuple(p for p in extra if p not in clamping)
         if not clamping:
             pytest.skip("the default extra pools have no ALL_PAGES pool: the default case is this one")
     cache, config = make(make_cache, policy, extra_pools=extra)
-    tokens, data = stored_request(cache, seed=14, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=14, pages=PAGES, page_size=page_size)
     second_kv = gate.hold("second KV batch", io_start("kv", nth=2, trace=trace))
     assert cache.prefetch("r1", tokens) == len(tokens)
     second_kv.wait_reached()
@@ -148,11 +147,11 @@ def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, t
         pass_deadline(cache, clock, config, PAGES, ["r1"], profile)
     done = checked_progress(cache, ["r1"], trace)
     assert "r1" in done, f"{profile.counterpart('D1') if policy == 'best_effort' else 'L2'}: the partial prefetch must end at this check"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     if all_pages_extra_pools(cache):
         assert committed == 0, f"F3: committed {committed} tokens of a partial prefetch whose {all_pages_extra_pools(cache)} get never ran"
     else:
-        assert committed == BATCH * PS, f"F3: a partial prefetch commits the KV pages that arrived ({BATCH * PS} tokens), not {committed}"
+        assert committed == BATCH * page_size, f"F3: a partial prefetch commits the KV pages that arrived ({BATCH * page_size} tokens), not {committed}"
     second_kv.release()
     served(cache, tokens, data, committed)
     close_and_check_trace(cache, trace, config)
@@ -162,12 +161,12 @@ def test_w3_partial_prefetch_commits_only_fully_loaded_pages(impl, make_cache, t
 
 @pytest.mark.clause("F7", "F8", "S2", "S3")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-def test_w4_revoked_prefetch_is_terminated(impl, make_cache, trace, policy):
+def test_w4_revoked_prefetch_is_terminated(impl, make_cache, trace, policy, page_size):
     # Storage holds 2 of the 4 requested pages; 3 are needed: the hit query revokes.
     cache, config = make(make_cache, policy, threshold_pages=3)
-    tokens = request_tokens(15, PAGES * PS)
+    tokens = request_tokens(15, PAGES * page_size)
     data = request_data(cache, tokens, 15)
-    half = 2 * PS
+    half = 2 * page_size
     store(cache, tokens[:half], {k: (v if cache.pools[k].unit == "state" else v[:half]) for k, v in data.items()})
     assert cache.prefetch("r1", tokens) == len(tokens)
     cache.wait_prefetch_io("r1")
@@ -184,14 +183,14 @@ def test_w4_revoked_prefetch_is_terminated(impl, make_cache, trace, policy):
 # --- W5: the commit uses the progress snapshot taken with the terminate --------------
 
 @pytest.mark.clause("F2", "F1", "F3", "F11", "F5", "S1", "S2")
-def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, gate, clock, profile):
+def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, gate, clock, profile, page_size):
     cache, config = make(make_cache, "best_effort")
-    tokens, data = stored_request(cache, seed=16, pages=PAGES, page_size=PS)
+    tokens, data = stored_request(cache, seed=16, pages=PAGES, page_size=page_size)
     extras = all_pages_extra_pools(cache) or trailing_pools(cache)
     done, later = vote_then_io_moves(cache, tokens, config, trace, gate, clock, pool=extras[0] if extras else None, timed_out=False, profile=profile)
     terminates = op_events(trace, "r1", EventKind.TERMINATE)
     assert len(terminates) == 1, f"F2: expected one terminate of r1, saw {len(terminates)}"
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     later.release()
     served(cache, tokens, data, committed)
     close_and_check_trace(cache, trace, config)
@@ -202,12 +201,12 @@ def test_w5_commit_uses_snapshot_taken_with_terminate(impl, make_cache, trace, g
 @pytest.mark.clause("F3", "F11", "S5", "L1")
 @pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
 @pytest.mark.needs("pool:indexer", "default_pool:indexer")
-def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_path, policy):
+def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_path, policy, page_size):
     storage = tmp_path / "p6-storage"
     cache, config = make(make_cache, policy, storage_dir=storage)
-    tokens = request_tokens(17, PAGES * PS)
+    tokens = request_tokens(17, PAGES * page_size)
     data = request_data(cache, tokens, 17)
-    kept = 2 * PS
+    kept = 2 * page_size
     # Stored in two steps, so the indexer pages of the last two pages are told apart by file alone.
     store(cache, tokens[:kept], {k: (v if cache.pools[k].unit == "state" else v[:kept]) for k, v in data.items()})
     head = pool_files(storage, "indexer", trace)
@@ -221,7 +220,7 @@ def test_p6_short_sidecar_clamps_the_commit(impl, make_cache, trace, gate, tmp_p
     first_kv.release()
     cache.wait_prefetch_io("r1")
     done = drive(cache, ["r1"], trace=trace)
-    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], PS, config)
+    committed = assert_commit_within_fence(trace, cache, "r1", done["r1"], page_size, config)
     assert committed == kept, f"F3: the indexer came back with 2 of {PAGES} pages; the commit must be clamped to {kept} tokens, not {committed}"
     served(cache, tokens, data, committed)
     close_and_check_trace(cache, trace, config)

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from conformance.live.hiradix import configure
+from conformance.live.layouts.hiradix.session import configure
 
 
 class ServerArgs:

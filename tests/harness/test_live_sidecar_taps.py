@@ -19,8 +19,12 @@ import torch
 from conformance.bounds import WAIT_S
 from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live import collectives
-from conformance.live.hi_mamba import HiMambaSession
+from conformance.live.layouts.hi_mamba.sidecar import MambaStates
 from conformance.live.taps import Taps
+from conformance.live.taps.cache import Votes, tap_fork_cache
+from conformance.live.taps.controller import tap_load_path
+from conformance.live.taps.host import tap_attach, tap_host_pool
+from conformance.live.taps.storage import tap_storage
 from conformance.scenarios.races import io_start
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
@@ -110,8 +114,8 @@ def rig(answers: dict[str, list[bool]], policy: str = "wait_complete"):
     taps.pools.update({"kv", "mamba"})
     backend = Backend(answers)
     cc = HybridController(backend)
-    taps._tap_load_path(cc)
-    taps.tap_storage(backend, lambda key: f"{key}__0_1.bin")
+    tap_load_path(taps, cc)
+    tap_storage(taps, backend, lambda key: f"{key}__0_1.bin")
     return taps, trace, backend, cc
 
 
@@ -221,11 +225,11 @@ def test_a_state_attached_by_a_commit_is_inserted_by_its_operation_and_owned_by_
     trace = TraceRecorder(ManualClock(0.0))
     taps = Taps(trace, TerminationConfig(policy="wait_complete", page_size=PS), PS)
     states = HostPool(4)
-    taps.tap_host_pool(states, "mamba")
+    tap_host_pool(taps, states, "mamba")
     lru = LruList()
-    taps.tap_attach(lru, "mamba", "mamba_host_value")
+    tap_attach(taps, lru, "mamba", "mamba_host_value")
     cache = AttachingCache(lru)
-    taps.tap_cache(cache, lambda op: None)
+    tap_fork_cache(taps, cache, lambda op: None)
     with taps.scheduling(op="r1", phase="prefetch"):
         slot = states.alloc(1)
     lru.insert_mru(types.SimpleNamespace(mamba_host_value=torch.tensor([3])))  # outside a commit: no insert
@@ -261,7 +265,7 @@ def decision_taps(cache) -> tuple[Taps, TraceRecorder]:
 
     cache._insert_helper_host = cache.check_prefetch_progress = lambda *a: True
     cache.writing_check = cache.loading_check = cache.drain_storage_control_queues = lambda *a: None
-    taps.tap_cache(cache, state)
+    tap_fork_cache(taps, cache, state)
     return taps, trace
 
 
@@ -305,6 +309,7 @@ def test_module_collectives_are_reported_to_the_active_taps_before_they_run(monk
     assert module.torch is collectives.OBSERVED_TORCH and module.torch.tensor is torch.tensor
     trace = TraceRecorder(ManualClock(0.0))
     taps = Taps(trace, TerminationConfig(policy="wait_complete", page_size=PS), PS)
+    Votes(taps, lambda operation: None)  # the cache seam's collective observer, as every session installs it
     module.torch.distributed.all_reduce(torch.zeros(1))  # no active taps: runs, unrecorded
     with taps.scheduling(op="r1", phase="abort"):
         module.torch.distributed.barrier(group=None)
@@ -335,12 +340,11 @@ def test_a_vote_reduce_through_the_module_records_the_vote_it_carries(monkeypatc
 
 
 def test_mamba_state_bytes_round_trip_through_upstream_shaped_conv_and_temporal_tensors():
-    session = HiMambaSession.__new__(HiMambaSession)
-    session.state = types.SimpleNamespace(conv=[torch.zeros(2, 5, 12, 1, dtype=torch.bfloat16)], temporal=torch.zeros(2, 5, 2, 4, 2))
+    states = MambaStates(types.SimpleNamespace(conv=[torch.zeros(2, 5, 12, 1, dtype=torch.bfloat16)], temporal=torch.zeros(2, 5, 2, 4, 2)))
     slot = torch.tensor([3])
-    nbytes = sum(t.numel() * t.element_size() for t in session._state_tensors(slot))
-    assert nbytes == 2 * 12 * 2 + 2 * 16 * 4
+    nbytes = sum(t.numel() * t.element_size() for t in states.tensors(slot))
+    assert nbytes == 2 * 12 * 2 + 2 * 16 * 4 == states.nbytes()
     raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
-    session._write_state(slot, raw)
-    assert torch.equal(session._read_state(slot).reshape(-1), raw)
-    assert not session.state.temporal[:, 2].any() and not session.state.conv[0][:, 4].any(), "other slots untouched"
+    states.write(slot, raw)
+    assert torch.equal(states.read(slot).reshape(-1), raw)
+    assert not states.state.temporal[:, 2].any() and not states.state.conv[0][:, 4].any(), "other slots untouched"

@@ -1,4 +1,4 @@
-"""The trace taps of conformance/live/taps.py on hand-written upstream-shaped objects.
+"""The trace taps of conformance/live/taps/ on hand-written upstream-shaped objects.
 
 The objects have upstream's method names and call shapes (a host pool with
 alloc/free, a controller whose IO thread calls page_get_func per batch and
@@ -16,6 +16,8 @@ import torch
 from conformance.bounds import WAIT_S
 from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live.taps import Taps
+from conformance.live.taps.controller import tap_fork_controller, tap_load_path
+from conformance.live.taps.host import tap_host_pool
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.trace import LOAD, EventKind, TraceRecorder
@@ -90,7 +92,7 @@ def make_taps() -> tuple[Taps, TraceRecorder]:
 def test_host_slots_are_owned_by_the_operation_in_prefetch_context_else_the_tree():
     taps, trace = make_taps()
     pool = HostPool(16)
-    taps.tap_host_pool(pool)
+    tap_host_pool(taps, pool)
     tree_slots = pool.alloc(4)
     with taps.scheduling(op="r1", phase="prefetch"):
         op_slots = pool.alloc(8)
@@ -104,7 +106,7 @@ def test_host_slots_are_owned_by_the_operation_in_prefetch_context_else_the_tree
 def test_a_batch_that_arrives_in_part_ends_in_two_parts_and_io_done_follows_the_tail_release():
     taps, trace = make_taps()
     cc = Controller(pages_that_arrive=3)
-    taps._tap_load_path(cc)
+    tap_load_path(taps, cc)
     cc.io_thread(Operation("r1", pages=4))
     ends = [(e.slots, e.value) for e in trace.events() if e.kind is EventKind.IO_END]
     assert ends == [(tuple(range(0, 8)), True), (tuple(range(8, 12)), True), (tuple(range(12, 16)), False)]
@@ -116,7 +118,7 @@ def test_a_batch_that_arrives_in_part_ends_in_two_parts_and_io_done_follows_the_
 def test_a_gate_fault_fails_the_batch_and_ends_the_io_thread_like_a_storage_error():
     taps, trace = make_taps()
     cc = Controller(pages_that_arrive=4)
-    taps._tap_load_path(cc)
+    tap_load_path(taps, cc)
     gate = Gate(trace)
     gate.fail("storage raises", lambda e: e.kind is EventKind.IO_START and e.value == LOAD)
     with pytest.raises(InjectedFault):
@@ -129,7 +131,7 @@ def test_a_gate_fault_fails_the_batch_and_ends_the_io_thread_like_a_storage_erro
 def test_a_hold_parks_the_io_thread_before_the_storage_call():
     taps, trace = make_taps()
     cc = Controller(pages_that_arrive=4)
-    taps._tap_load_path(cc)
+    tap_load_path(taps, cc)
     gate = Gate(trace, timeout_s=WAIT_S)
     held = gate.hold("second batch", lambda e: e.kind is EventKind.IO_START and e.slots[0] == 2 * PS)
     operation = Operation("r1", pages=4)
@@ -171,7 +173,7 @@ class FullController(Controller):
 def test_waiting_for_io_returns_at_once_for_a_request_never_queued_and_after_io_done_otherwise():
     taps, trace = make_taps()
     cc = FullController(pages_that_arrive=4)
-    taps.tap_controller(cc)
+    tap_fork_controller(taps, cc)
     assert taps.wait_io_done("never-queued", 0)
     operation = Operation("r1", pages=4)
     cc.prefetch_queue.put(operation)
@@ -186,7 +188,7 @@ def test_waiting_for_io_returns_at_once_for_a_request_never_queued_and_after_io_
 def test_terminate_in_a_check_carries_its_step_and_an_abort_is_a_revoke():
     taps, trace = make_taps()
     cc = FullController(pages_that_arrive=4)
-    taps.tap_controller(cc)
+    tap_fork_controller(taps, cc)
     with taps.scheduler_step() as step:
         cc.terminate_prefetch(Operation("r1", pages=2))
     with taps.scheduling(op="r2", phase="abort"):
@@ -199,7 +201,7 @@ def test_a_revoked_prefetch_ends_its_io_when_the_prefetch_thread_released_its_sl
     """Upstream's prefetch thread queues the revoke, then releases the slots: waiting for the IO covers both."""
     taps, trace = make_taps()
     cc = FullController(pages_that_arrive=4)
-    taps.tap_controller(cc)
+    tap_fork_controller(taps, cc)
     operation = Operation("r1", pages=2)
     cc.prefetch_queue.put(operation)
     cc.prefetch_revoke_queue.put("r1")

@@ -44,7 +44,7 @@ def test_checkout_layout_imports_from_python_dir(tmp_path):
     sglang_package(tmp_path / "python", version="0.5.9", hi_mamba=True)
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path / "python"
-    assert tree.classes == ("HiRadixCache", "HiMambaRadixCache") and tree.missing == (NO_UNIFIED,)
+    assert tree.layouts == ("HiRadixCache", "HiMambaRadixCache") and tree.missing == (NO_UNIFIED,)
     assert tree.label == "0.5.9"
 
 
@@ -53,7 +53,7 @@ def test_wheel_or_site_packages_layout(tmp_path):
     (tmp_path / "sglang-0.5.23.dist-info").mkdir()
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path and tree.label == "0.5.23"
-    assert tree.classes == ("UnifiedRadixCache",) and tree.unwired == ()
+    assert tree.layouts == ("UnifiedRadixCache",) and tree.unwired == ()
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
 
@@ -63,7 +63,7 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
     sglang_package(tmp_path / "python")
     sglang_package(tmp_path / "other", hiradix=None, unified=True)
     tree = locate(str(tmp_path / "other"))
-    assert tree.classes == ()
+    assert tree.layouts == ()
     assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.2x layout the harness is wired to "
                             "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",)
 
@@ -83,7 +83,7 @@ def test_label_suffix_names_the_row(tmp_path):
 def test_class_only_in_a_comment_is_missing(tmp_path):
     sglang_package(tmp_path, hiradix="# class HiRadixCache(RadixCache) was removed\nclass UnifiedRadixCache:\n    pass\n")
     tree = locate(str(tmp_path))
-    assert tree.classes == ()
+    assert tree.layouts == ()
     assert tree.missing == ("HiRadixCache: not defined in sglang/srt/mem_cache/hiradix_cache.py", NO_HI_MAMBA, NO_UNIFIED)
 
 

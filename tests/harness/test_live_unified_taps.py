@@ -1,4 +1,4 @@
-"""The taps of conformance/live/unified_taps.py on hand-written objects shaped like 0.5.2x's UnifiedRadixCache.
+"""The taps of conformance/live/layouts/unified/taps.py on hand-written objects shaped like 0.5.2x's UnifiedRadixCache.
 
 The objects have upstream's method names and call shapes (an IO thread whose
 _page_transfer calls page_get_func per batch, which returns the pages that
@@ -15,7 +15,8 @@ from types import SimpleNamespace
 
 import torch
 
-from conformance.live.unified_taps import UnifiedTaps
+from conformance.live.layouts.unified import taps as unified
+from conformance.live.taps import Taps
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
@@ -25,8 +26,8 @@ PS = 4
 Handle = namedtuple("Handle", "rid attempt_id")  # CacheRequestHandle's fields
 
 
-def taps(policy: str = "timeout") -> UnifiedTaps:
-    return UnifiedTaps(TraceRecorder(ManualClock()), TerminationConfig(policy=policy, page_size=PS), PS)
+def taps(policy: str = "timeout") -> Taps:
+    return Taps(TraceRecorder(ManualClock()), TerminationConfig(policy=policy, page_size=PS), PS)
 
 
 class Operation:
@@ -69,13 +70,14 @@ class Controller:
             self.ack_prefetch_queue.put(self.prefetch_sync_queue.get())
 
 
-def tapped_controller(t: UnifiedTaps, arrive: int) -> Controller:
+def tapped_controller(t: Taps, arrive: int) -> Controller:
     cc = Controller(arrive)
-    t._tap_io_thread(cc)
+    cc.acks = unified.AckCounts()
+    unified.tap_io_thread(t, cc, cc.acks)
     return cc
 
 
-def events(t: UnifiedTaps, kind: EventKind) -> list:
+def events(t: Taps, kind: EventKind) -> list:
     return [e for e in t.trace.events() if e.kind is kind]
 
 
@@ -91,7 +93,7 @@ def test_a_batch_ends_in_the_pages_page_get_func_returned():
 def test_the_hit_is_what_the_drain_allocated():
     t = taps()
     cc = SimpleNamespace(allocate_storage_hit=lambda operation, hit_tokens, **kw: (torch.arange(8), 8) if hit_tokens else (None, 0))
-    t._tap_hit_allocation(cc)
+    unified.tap_hit_allocation(t, cc)
     cc.allocate_storage_hit(Operation("r1", pages=4), 16, allow_partial=True)  # 4 pages hit, 2 got host slots
     cc.allocate_storage_hit(Operation("r2", pages=4), 0)
     assert [(e.op, e.value) for e in events(t, EventKind.HIT)] == [("r1", 2)]
@@ -105,12 +107,12 @@ def test_io_done_is_the_queued_final_ack_not_the_transfer_returning():
     assert events(t, EventKind.IO_DONE) == [], "the transfer returned; the IO thread has not sent its final ACK yet"
     cc.prefetch_sync_queue.put(SimpleNamespace(rid="r1", completed_req=True))
     assert [e.op for e in events(t, EventKind.IO_DONE)] == ["r1"]
-    assert (t.acks_queued, t.acks_forwarded) == (3, 0), "the sync thread has forwarded none yet"
+    assert (cc.acks.queued, cc.acks.forwarded) == (3, 0), "the sync thread has forwarded none yet"
     cc.sync_thread()
-    assert (t.acks_queued, t.acks_forwarded) == (3, 3)
+    assert (cc.acks.queued, cc.acks.forwarded) == (3, 3)
 
 
-def vote_cache(t: UnifiedTaps, verdict: int) -> SimpleNamespace:
+def vote_cache(t: Taps, verdict: int) -> SimpleNamespace:
     cache = SimpleNamespace(ongoing_prefetch={})
     reduced = []
 
@@ -129,7 +131,7 @@ def vote_cache(t: UnifiedTaps, verdict: int) -> SimpleNamespace:
     cache.tree_core = SimpleNamespace(insert_host=lambda *a: None)
     cache.check_prefetch_progress = lambda request: True
     cache._sync_hicache_ready_counts = lambda: None
-    t.tap_unified_cache(cache, lambda operation: None)
+    unified.tap_unified_cache(t, cache, lambda operation: None)
     cache.reduced = reduced
     return cache
 
@@ -145,7 +147,7 @@ def test_the_vote_is_the_one_element_verdict_entering_the_max_reduce():
         assert cache.reduced == [verdict]
 
 
-def commit_cache(t: UnifiedTaps, result) -> SimpleNamespace:
+def commit_cache(t: Taps, result) -> SimpleNamespace:
     cache = vote_cache(t, 0)
     host = torch.arange(8)
 
@@ -155,7 +157,7 @@ def commit_cache(t: UnifiedTaps, result) -> SimpleNamespace:
 
     cache._handle_prefetch_result = handle
     cache.tree_core = SimpleNamespace(insert_host=lambda *args: result)
-    t.tap_unified_cache(cache, lambda operation: None)
+    unified.tap_unified_cache(t, cache, lambda operation: None)
     return cache
 
 
@@ -206,6 +208,6 @@ def test_load_back_names_the_storage_key_a_slot_was_last_read_into_and_forgets_f
     t.file_name = lambda key: f"{key}.bin"
     t.saw_pages("kv", ["a", "b"], torch.arange(8))
     t.forget_slot("kv", 4)
-    t._record_load_back(KvHost(), torch.arange(8))
+    unified.record_load_back(t, KvHost(), torch.arange(8))
     (load_back,) = events(t, EventKind.LOAD_BACK)
     assert list(load_back.slots) == [0] and list(load_back.keys) == ["a.bin"], "slot 4 was freed: its key is gone"

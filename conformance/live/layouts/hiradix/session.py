@@ -1,19 +1,20 @@
-"""Upstream's HiRadixCache, built from the user's tree on CPU, behind the CacheUnderTest protocol.
+"""Upstream's HiRadixCache on a plain MHA KV pool, built from the user's tree on CPU.
 
 Built with upstream's own classes: MHATokenToKVPool (CPU), its paged
 allocator, MHATokenToKVPoolHost (layer_first, io backend "direct"),
 HiCacheController and the HiCacheFile backend, configured through ServerArgs
-and the storage backend's extra config, as a user configures them. On a plain
-MHA KV pool it has no extra pool: its only sidecar (the DSA indexer) comes
-with DSA models, whose device pool asserts page_size == 64.
+and the storage backend's extra config, as a user configures them. Its DSA
+build (latent KV and the indexer) is the hiradix_dsa layout.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from conformance.live.configuration import configure_through
 from conformance.live.runtime import Runtime
-from conformance.live.session import LiveSession, configure_through
+from conformance.live.session import LiveSession
+from conformance.live.tiers import mha_device_tier
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
@@ -27,14 +28,11 @@ class HiRadixSession(LiveSession):
     CLASS_NAME = "HiRadixCache"
 
     def build(self) -> Any:
-        m, ps = self.runtime.modules, self.env.page_size
-        self.device_pool, self.allocator, req_pool = self.mha_device_tier()
+        m = self.runtime.modules
+        device_pool, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator,
-            page_size=ps, tp_cache_group=self.group)
+            page_size=self.env.page_size, tp_cache_group=self.group)
         cache = m["hiradix_cache"].HiRadixCache(params, self.args)
         self.kv_host = cache.cache_controller.mem_pool_host
         return cache
-
-    def observe(self) -> None:
-        self.taps.tap_barrier(self.cache, "_barrier_attn_groups")

@@ -1,4 +1,4 @@
-"""0.5.2x's UnifiedRadixCache, built from the user's tree on CPU, behind the CacheUnderTest protocol.
+"""0.5.2x's UnifiedRadixCache, built from the user's tree on CPU, driven through its own scheduler protocol.
 
 The 0.5.2x layout is configured through global server-args sections (the
 runtime context a scheduler publishes), builds its tree core and its
@@ -7,8 +7,7 @@ on upstream's MHA KV pool), and attaches HiCache afterwards
 (init_hicache: the host pool group, HybridCacheController, HiCacheFile).
 Requests are CacheRequestHandles; a load-back takes the scheduler's Req.
 Prefetches are committed by the ACK drain inside check_hicache_events,
-not by check_prefetch_progress (unified_taps.py says where each event is
-recorded).
+not by check_prefetch_progress (taps.py says where each event is recorded).
 """
 
 from __future__ import annotations
@@ -19,16 +18,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from conformance.live import probes
+from conformance.live.configuration import configure_through, server_args_fields
+from conformance.live.layouts.unified.taps import tap_load_back, tap_unified_cache, tap_unified_controller
 from conformance.live.runtime import Runtime, ensure_process_group
-from conformance.live.session import LiveSession, UPSTREAM_THREADS, configure_through, server_args_fields
-from conformance.live.unified_taps import UnifiedTaps
+from conformance.live.scheduler import ROUNDS
+from conformance.live.session import LiveSession
+from conformance.live.taps import KV
+from conformance.live.taps.host import tap_host_pool
+from conformance.live.taps.storage import tap_storage
+from conformance.live.threads import FORK_THREADS
+from conformance.live.tiers import mha_device_tier
 from spec.decision import DecisionState
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import EventKind
 
 # The dummy model is upstream's own no-model path through ServerArgs.__post_init__.
 NO_MODEL = "dummy"
-PROBE_ID = "decision-probe"  # the request of every decision probe (never registered as ongoing)
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
@@ -41,21 +47,18 @@ class UnifiedSession(LiveSession):
     """One upstream UnifiedRadixCache instance (full-attention component, HiCache with the file backend) for one test."""
 
     CLASS_NAME = "UnifiedRadixCache"
-    THREADS = (*UPSTREAM_THREADS, "prefetch_sync_thread")
+    THREADS = (*FORK_THREADS, "prefetch_sync_thread")
 
-    def configure_runtime(self, host_ratio: float) -> tuple[Any, Any]:
+    def configure(self, host_ratio: float) -> tuple[Any, Any]:
         """Publish the server args as upstream's scheduler does (runtime_context.publish), then join its process groups (their widths come from it)."""
         args = self.runtime.server_args_cls(model_path=NO_MODEL, tp_size=self.env.world_size, **server_args_fields(self.env, host_ratio))
         context = self.runtime.module("runtime_context")
         context.publish(args, role="scheduler", ranks=context.SpawnRanks(world_rank=self.env.rank))
         return ensure_process_group(self.runtime, self.env.rank, self.env.world_size), args
 
-    def make_taps(self) -> UnifiedTaps:
-        return UnifiedTaps(self.env.trace, self.env.termination, self.env.page_size)
-
     def build(self) -> Any:
         m = self.runtime.modules
-        self.device_pool, self.allocator, req_pool = self.mha_device_tier()
+        _, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
             tp_cache_group=self.group, tree_components=(m["components"].ComponentType.FULL,))
@@ -66,14 +69,13 @@ class UnifiedSession(LiveSession):
         self._first_blocked: dict[str, float] = {}  # request -> when its first check found it unfinished (A3)
         return cache
 
-    def install_taps(self) -> None:
-        """The unified cache's own tap points (unified_taps.py) in place of the fork's."""
-        self.taps.file_name = self.storage_file_name
-        self.taps.tap_host_pool(self.kv_host)
-        self.taps.tap_controller(self.cc)
-        self.taps.tap_load_back(self.cc, self.kv_host)
-        self.taps.tap_storage(self.backend, self.storage_file_name)
-        self.taps.tap_unified_cache(self.cache, self.decision_state)
+    def tap(self) -> None:
+        """The unified cache's own tap points (taps.py) in place of the fork's."""
+        tap_host_pool(self.taps, self.kv_host, KV)
+        self.acks = tap_unified_controller(self.taps, self.cc)
+        tap_load_back(self.taps, self.cc, self.kv_host)
+        tap_storage(self.taps, self.backend, self.storage_file_name)
+        tap_unified_cache(self.taps, self.cache, self.decision_state)
 
     # --- requests --------------------------------------------------------------------------------
 
@@ -122,24 +124,21 @@ class UnifiedSession(LiveSession):
         where the IO thread's progress reaches the scheduler only at its steps.
         The prefetch's IO was handed to the IO thread when prefetch() returned.
         """
-        taps = self.taps
-        with taps.io_done:
-            ended = taps.io_done.wait_for(lambda: request_id in taps.ended_ops or request_id not in taps.started_ops, self.env.wait_timeout_s)
-        if not ended:
+        if not self.taps.wait_io_done(request_id, self.env.wait_timeout_s):
             raise AssertionError(f"L4: sglang-live: upstream's IO thread did not finish the IO of {request_id} within "
-                                 f"{self.env.wait_timeout_s}s ({self.threads_state()})")
+                                 f"{self.env.wait_timeout_s}s ({self.storage_threads.state()})")
         self.settle_acks()
 
     def pump(self, done: Callable[[], bool], what: str) -> None:
         """check_hicache_events as upstream's scheduler runs it each step, on every rank, until `done` holds on every rank."""
-        rounds = 200  # bounded: 200 rounds of at most wait_timeout_s / 200 each
-        for _ in range(rounds):
-            self.cache.check_hicache_events()
-            if not self._any_rank(not done()):
-                return
-            with self.taps.io_done:
-                self.taps.io_done.wait_for(done, self.env.wait_timeout_s / rounds)
-        raise AssertionError(f"L4: sglang-live: waited {self.env.wait_timeout_s}s ({rounds} scheduler steps) for {what} ({self.threads_state()})")
+        io_done = self.taps.io_done
+
+        def waiting(timeout_s: float) -> None:
+            with io_done:
+                io_done.wait_for(done, timeout_s)
+
+        if not self.drive.steps_until_settled(self.cache.check_hicache_events, lambda: not done(), waiting):
+            raise AssertionError(f"L4: sglang-live: waited {self.env.wait_timeout_s}s ({ROUNDS} scheduler steps) for {what} ({self.storage_threads.state()})")
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step. The ACK drain may have committed a prefetch in an earlier step (or a flush): its last commit counts."""
@@ -166,25 +165,15 @@ class UnifiedSession(LiveSession):
         scheduler's thread, where every rank runs it at the same call) and
         waits for it. Every rank calls this at the same points of a scenario.
         """
-        taps = self.taps
+        taps, acks = self.taps, self.acks
         with taps.io_done:
-            queued = taps.acks_queued
-        agreed = self._min_over_ranks(queued)
+            queued = acks.queued
+        agreed = self.drive.min_over_ranks(queued)
         with taps.io_done:
-            settled = taps.io_done.wait_for(lambda: taps.acks_forwarded >= agreed, self.env.wait_timeout_s)
+            settled = taps.io_done.wait_for(lambda: acks.forwarded >= agreed, self.env.wait_timeout_s)
         if not settled:
-            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread forwarded {taps.acks_forwarded} of the {agreed} ACK(s) "
-                                 f"every rank queued within {self.env.wait_timeout_s}s ({self.threads_state()})")
-
-    def _min_over_ranks(self, value: int) -> int:
-        """The harness's own agreement (not upstream's, not recorded): the MIN of `value` over ranks."""
-        if self.env.world_size == 1:
-            return value
-        import torch.distributed as dist
-
-        agreed = torch.tensor([value], dtype=torch.int)
-        dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=self.group)
-        return int(agreed.item())
+            raise AssertionError(f"L4: sglang-live: upstream's prefetch sync thread forwarded {acks.forwarded} of the {agreed} ACK(s) "
+                                 f"every rank queued within {self.env.wait_timeout_s}s ({self.storage_threads.state()})")
 
     def abort(self, request_id: str) -> None:
         with self.taps.scheduling(op=request_id, phase="abort"):
@@ -214,8 +203,8 @@ class UnifiedSession(LiveSession):
         move within a check); a decision probe's timer starts at the start
         time make_operation gave it.
         """
-        state = super().decision_state(operation)
-        if state is None or operation.request_id == PROBE_ID:
+        state = probes.decision_state(self.env, operation)
+        if state is None or operation.request_id == probes.PROBE_ID:
             return state
         now = self.env.clock.now()
         start = self._first_blocked.setdefault(operation.request_id, now)
@@ -224,7 +213,7 @@ class UnifiedSession(LiveSession):
     def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
         """A hybrid PrefetchOperation in `state`; its wait timer started at `start_time`, as the first blocked poll starts it."""
         ps = self.env.page_size
-        operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle(PROBE_ID), [0] * (state.hit_pages * ps))
+        operation = self.runtime.module("hybrid_cache_controller").PrefetchOperation(self.handle(probes.PROBE_ID), [0] * (state.hit_pages * ps))
         operation.hash_value = [f"probe-{i}" for i in range(state.hit_pages)]
         operation.storage_hit_count = operation.stats_requested_tokens = state.hit_pages * ps
         # The drain allocates host slots only for a hit: with none, the operation has none (upstream revokes it there).
@@ -259,9 +248,9 @@ class UnifiedSession(LiveSession):
         """The scheduler's steps until every prefetch's IO has ended and its ACKs and releases are drained, then upstream's shutdown."""
         if self._closed:
             return
-        cc, taps = self.cc, self.taps
+        cc, taps, acks = self.cc, self.taps, self.acks
         try:
-            self.pump(lambda: taps.started_ops <= taps.ended_ops and taps.acks_queued == taps.acks_forwarded
+            self.pump(lambda: taps.started_ops <= taps.ended_ops and acks.queued == acks.forwarded
                       and cc.ack_prefetch_queue.empty() and cc.host_mem_release_queue.empty(),
                       "every prefetch's IO to end and its ACKs to be drained before shutdown")
         finally:

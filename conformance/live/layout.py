@@ -1,0 +1,75 @@
+"""What declares one upstream layout to the harness: the class, the marks that tell its layout, its modules, what it offers.
+
+A layout is one way upstream builds a cache class the harness can run: the
+fork's HiRadixCache on MHA KV, the same class on a DSA model's latent KV with
+its indexer, HiMambaRadixCache, 0.5.2x's UnifiedRadixCache. Each is one
+declaration (conformance/live/layouts/<name>/__init__.py, no torch: the
+pytest controller reads them), its session and its taps. The declarations
+are data: a tree runs a layout when it defines the class and every mark
+matches; otherwise the header names the layout and the first mark missing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A line the tree's code must hold for the layout to be the one the harness is wired to."""
+
+    file: str  # under sglang/
+    pattern: str | None  # a regex some line must match; None: the file exists
+    what: str  # what it says of the tree, for the line naming a layout not run
+
+    def missing_in(self, package: Path) -> str | None:
+        """Why the mark is absent from the package (None when present)."""
+        path = package / self.file
+        if not path.is_file():
+            return f"sglang/{self.file} does not exist"
+        if self.pattern is None:
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return None if re.search(self.pattern, text, re.M) else f"sglang/{self.file} has no {self.what}"
+
+
+@dataclass(frozen=True)
+class PageSizeRule:
+    """The page size a build demands, read from the tree: the first match of `pattern` (one integer group) in `within`'s body
+    outside a branch for another platform (the harness runs upstream's CPU/CUDA path)."""
+
+    file: str  # under sglang/
+    within: str  # the class whose body holds it
+    pattern: str
+    why: str  # what the line says, for the evidence
+    other_platform: str = r"^\s*if .*\b_?is_(hip|npu|xpu)\b"  # a branch header whose body is not the path run here
+
+
+@dataclass(frozen=True)
+class Layout:
+    key: str  # the row's name: the class, '+variant' where one class runs in several builds
+    class_name: str  # upstream's class
+    module_file: str  # the class's module under sglang/
+    layout_name: str  # how 'not run' lines name the layout
+    session: str  # module:Class of its session
+    modules: Mapping[str, str]  # upstream modules the session uses beyond runtime.MODULES: short name -> dotted name
+    capabilities: frozenset[str]
+    default_extra_pools: tuple[str, ...] = ()
+    marks: tuple[Mark, ...] = ()
+    # Host-pool modules (short names) whose pools are unpinned and whose CUDA-only copies become plain index copies.
+    host_pool_modules: tuple[str, ...] = ("memory_pool_host",)
+    # The KV is the same on every TP rank (MLA's latent): upstream backs it up from one rank only.
+    kv_rank_replicated: bool = False
+    # Where the tree's code fixes the page size this build runs at (None: the harness's default page size).
+    page_size_rule: "PageSizeRule | None" = None
+
+    def missing_in(self, package: Path) -> str | None:
+        """The first mark the package lacks, as a 'not run' reason (None: the layout runs)."""
+        for mark in self.marks:
+            why = mark.missing_in(package)
+            if why is not None:
+                return why
+        return None

@@ -1,0 +1,16 @@
+"""Every upstream layout the harness runs live, one package each: its declaration (__init__.py), its session, its taps.
+
+The order is the matrix's row order. Adding a layout: a package here with a
+LAYOUT (conformance/live/layout.py), a session composed of the seams in
+conformance/live/ and, where upstream records elsewhere, taps of its own;
+then its line below (docs/contributing.md, "A new upstream layout").
+"""
+
+from __future__ import annotations
+
+from conformance.live.layout import Layout
+from conformance.live.layouts import hi_mamba, hiradix, hiradix_dsa, unified
+
+LAYOUTS: tuple[Layout, ...] = (hiradix.LAYOUT, hiradix_dsa.LAYOUT, hi_mamba.LAYOUT, unified.LAYOUT)
+BY_KEY = {layout.key: layout for layout in LAYOUTS}
+CLASS_FILES = {layout.class_name: layout.module_file for layout in LAYOUTS}  # class -> its module (one per class)

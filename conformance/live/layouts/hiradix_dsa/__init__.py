@@ -1,0 +1,34 @@
+"""The fork's HiRadixCache on a DSA model's KV: MLA latent KV and the DSA indexer, an ALL_PAGES pool on the KV host slots.
+
+Upstream builds it through its own assembler (attach_hybrid_dsa_pool_to_hiradix_cache:
+a HybridCacheController, a host pool group of KV and DSAIndexerPoolHost, the
+INDEXER transfer with indices_from_pool=KV) whenever the device pool is a
+DSATokenToKVPool; that pool fixes the page size (its assert), so the build
+runs at the page size the tree's code demands.
+"""
+
+from conformance.live.layout import Layout, Mark, PageSizeRule
+
+LAYOUT = Layout(
+    key="HiRadixCache+dsa",
+    class_name="HiRadixCache",
+    module_file="srt/mem_cache/hiradix_cache.py",
+    layout_name="the fork's DSA build",
+    session="conformance.live.layouts.hiradix_dsa.session:HiRadixDsaSession",
+    modules={
+        "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+    },
+    capabilities=frozenset({"multi_rank", "pool:indexer"}),
+    default_extra_pools=("indexer",),
+    kv_rank_replicated=True,
+    marks=(
+        Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool"),
+        Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
+             "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)"),
+        Mark("srt/mem_cache/memory_pool_host.py", r"^class DSAIndexerPoolHost\b", "DSAIndexerPoolHost"),
+        Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache"),
+    ),
+    page_size_rule=PageSizeRule("srt/mem_cache/memory_pool.py", "DSATokenToKVPool", r"assert self\.page_size == (\d+)\s*$",
+                                "DSATokenToKVPool asserts its page size"),
+)

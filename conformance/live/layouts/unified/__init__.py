@@ -1,0 +1,33 @@
+"""0.5.2x's UnifiedRadixCache (the ACK drain), on its full-attention component.
+
+The fork's earlier UnifiedRadixCache has neither a tree core nor a runtime
+context: another protocol, named in the header and not run.
+"""
+
+from conformance.live.layout import Layout, Mark
+
+LAYOUT = Layout(
+    key="UnifiedRadixCache",
+    class_name="UnifiedRadixCache",
+    module_file="srt/mem_cache/unified_radix_cache.py",
+    layout_name="the 0.5.2x layout",
+    session="conformance.live.layouts.unified.session:UnifiedSession",
+    modules={
+        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "runtime_context": "sglang.srt.runtime_context",
+        "components": "sglang.srt.mem_cache.unified_cache.components",
+        "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
+        "pool_host_mamba": "sglang.srt.mem_cache.pool_host.mamba",
+        "mamba_utils": "sglang.srt.configs.mamba_utils",
+        "poll_timer": "sglang.srt.utils.poll_timer",
+        "schedule_batch": "sglang.srt.managers.schedule_batch",
+        "sampling_params": "sglang.srt.sampling.sampling_params",
+    },
+    capabilities=frozenset({"multi_rank", "kv_formats"}),
+    marks=(
+        Mark("srt/mem_cache/unified_cache/unified_tree_core.py", None, "tree core"),
+        Mark("srt/runtime_context.py", None, "runtime context"),
+    ),
+    host_pool_modules=("pool_host_mha", "pool_host_mamba"),
+)
