@@ -12,7 +12,7 @@ from enum import Enum
 from spec.errors import ConfigError
 from spec.fence_lock import FENCED_SECTIONS
 from spec.kinds import Kind
-from spec.profiles import ACK_DRAIN, FENCED_VOTE, PROFILES, VOTE_PROFILES
+from spec.profiles import ACK_DRAIN, DRAIN_VOTE, FENCED_VOTE, PROFILES, VOTE_PROFILES
 
 
 class Stance(str, Enum):
@@ -53,6 +53,7 @@ GROUPS = {
     "S": "Safety invariants over the trace",
     "L": "Liveness invariants over the trace",
     "A": "ACK drain (the 0.5.2x architecture's own mechanism)",
+    "R": "Drain vote (the 0.5.19/0.5.20 architecture's own mechanism)",
 }
 
 # Where the upstream evidence lives. Paths are under python/sglang/srt/ of SGLang;
@@ -333,6 +334,18 @@ _CLAUSES = [
            Stance.KEEPS,
            "0.5.23's _start_storage_prefetch_wait ('Start at the first blocked admission poll') and _prefetch_deadline_expired (`elapsed() > timeout_s`).",
            ("0.5.23 mem_cache/unified_radix_cache.py: UnifiedRadixCache._start_storage_prefetch_wait",)),
+    Clause("R1", "R", "The drain vote is the policy alone",
+           "can_terminate_prefetch votes yes under best_effort, no under wait_complete (the ACK drain commits completion), and under timeout yes exactly when the operation is past its deadline (T2, counted from its start), whether or not KV has landed.",
+           "Completion is committed by the drain at the final ACK, MIN-reduced across ranks; the commit is clamped to the shortest hit over KV and its KV-derived sidecars, so cutting a landed KV at the deadline exposes nothing.",
+           Stance.KEEPS,
+           "0.5.19/0.5.20's HiRadixCache.can_terminate_prefetch and _prefetch_timeout_check_linear_func, as written.",
+           ("0.5.20 mem_cache/hiradix_cache.py: HiRadixCache.can_terminate_prefetch",)),
+    Clause("R2", "R", "The drain vote is one MAX of [terminated or vote] per check",
+           "Each check of an operation a rank tracks runs one MAX all-reduce of (terminated or vote) on each vote group, under every policy, and every rank ends the wait when any rank's is yes.",
+           "One rank past its deadline, or one rank that already stopped, decides for all: the ranks commit the same prefix.",
+           Stance.KEEPS,
+           "0.5.19/0.5.20's HiRadixCache.check_prefetch_progress (`_all_reduce(should_terminate_tensor, ReduceOp.MAX)`).",
+           ("0.5.20 mem_cache/hiradix_cache.py: HiRadixCache.check_prefetch_progress",)),
 ]
 
 # Each clause's kind (spec/kinds.py) and, where it judges some architectures only, their profiles (spec/profiles.py).
@@ -341,7 +354,7 @@ _KINDS: dict[str, tuple[Kind, tuple[str, ...]]] = {
     "C1": (Kind.HARDENING, ()), "C2": (Kind.HARDENING, ()),
     "D1": (Kind.MECHANISM, _VOTING), "D2": (Kind.MECHANISM, _VOTING), "D3": (Kind.MECHANISM, _VOTING),
     "D4": (Kind.MECHANISM, _VOTING), "D5": (Kind.MECHANISM, _VOTING),
-    "T1": (Kind.HARDENING, ()), "T2": (Kind.MECHANISM, _VOTING),
+    "T1": (Kind.HARDENING, ()), "T2": (Kind.MECHANISM, (*_VOTING, DRAIN_VOTE.id)),
     "X1": (Kind.MECHANISM, _VOTING), "X2": (Kind.MECHANISM, _VOTING), "X3": (Kind.MECHANISM, _VOTING),
     # Every rank skipping an untracked id alike hangs nothing (L3 judges a hang); joining neutrally is hardening.
     "X4": (Kind.HARDENING, _VOTING),
@@ -353,6 +366,7 @@ _KINDS: dict[str, tuple[Kind, tuple[str, ...]]] = {
     "L1": (Kind.LIVENESS, ()), "L2": (Kind.LIVENESS, ()), "L3": (Kind.LIVENESS, ()), "L4": (Kind.HARDENING, ()),
     "L5": (Kind.LIVENESS, ()),
     "A1": (Kind.MECHANISM, (ACK_DRAIN.id,)), "A2": (Kind.MECHANISM, (ACK_DRAIN.id,)), "A3": (Kind.MECHANISM, (ACK_DRAIN.id,)),
+    "R1": (Kind.MECHANISM, (DRAIN_VOTE.id,)), "R2": (Kind.MECHANISM, (DRAIN_VOTE.id,)),
 }
 
 def _with_kinds(clauses: list[Clause]) -> dict[str, Clause]:

@@ -5,7 +5,7 @@ every implementation end to end, from its trace and its bytes. Mechanism
 clauses pin down how one architecture decides; an implementation declares the
 profile it follows (with evidence: where its code decides), is judged by that
 profile's mechanism clauses, and the mechanism clauses of other profiles are
-not applicable to it. Three profiles exist:
+not applicable to it. Four profiles exist:
 
 - vote_per_check: SGLang's fork (HiRadixCache, UnifiedRadixCache,
   HiMambaRadixCache up to 9e9fde147). Every check of an unfinished prefetch
@@ -19,6 +19,12 @@ not applicable to it. Three profiles exist:
   wait_complete, under timeout yes once the deadline passed unless KV has
   landed, MAX-reduced (any rank past its deadline ends the wait); the deadline
   counts from the first check that found the operation unfinished.
+- drain_vote: SGLang 0.5.19/0.5.20's HiRadixCache. The ACK drain commits
+  completion (as ack_drain's); each check casts the policy alone
+  (can_terminate_prefetch: best_effort yes, wait_complete no, timeout once
+  the deadline from the operation's start passed, landed KV or not), and
+  one MAX all-reduce of [terminated or vote] agrees it on every policy: any
+  rank's yes ends the wait for all.
 - fenced_vote: this project's caches. The fork's vote per check with the
   spec's fence: terminate and the progress snapshot under one lock (F2).
 """
@@ -109,6 +115,22 @@ def _ack_drain_collectives(policy: Policy) -> int:
     return 1 if Policy.parse(policy) is Policy.TIMEOUT else 0
 
 
+def drain_vote(state: DecisionState) -> bool:
+    """R1: the policy alone; completion is the drain's to commit."""
+    if state.policy is Policy.BEST_EFFORT:
+        return True
+    if state.policy is Policy.WAIT_COMPLETE:
+        return False
+    return state.timed_out
+
+
+def _any_rank_decisions(policy: Policy, votes: Sequence[bool], terminated: Sequence[bool]) -> tuple[bool, ...]:
+    """R2: one MAX of [terminated or vote]: every rank ends the wait when any rank's is yes."""
+    if len(votes) != len(terminated) or not votes:
+        raise ConfigError("ranks", (len(votes), len(terminated)), "one vote and one terminated flag per rank, at least one rank")
+    return (any(t or v for v, t in zip(votes, terminated)),) * len(votes)
+
+
 VOTE_PER_CHECK = Profile(
     id="vote_per_check",
     title="vote per check (SGLang's fork)",
@@ -139,7 +161,18 @@ ACK_DRAIN = Profile(
     collectives=_ack_drain_collectives, collectives_clause="A2", boundary_clause="A3", cuts_landed_kv=False,
 )
 
-PROFILES: dict[str, Profile] = {p.id: p for p in (FENCED_VOTE, VOTE_PER_CHECK, ACK_DRAIN)}
+DRAIN_VOTE = Profile(
+    id="drain_vote",
+    title="policy vote, ACK-drain commit (SGLang 0.5.19/0.5.20)",
+    summary="the drain commits an operation at its final ACK; each check votes the policy alone (best_effort yes, wait_complete no, "
+            "timeout past the deadline from the operation's start) and one MAX all-reduce of [terminated or vote] per check, on "
+            "every policy, ends the wait on every rank when any rank's is yes",
+    timer_start=TimerStart.OPERATION_START,
+    vote=drain_vote, vote_clause=lambda state: "R1", decisions=_any_rank_decisions, combine_clause="R2",
+    collectives=lambda policy: 1, collectives_clause="R2", boundary_clause="T2",
+)
+
+PROFILES: dict[str, Profile] = {p.id: p for p in (FENCED_VOTE, VOTE_PER_CHECK, ACK_DRAIN, DRAIN_VOTE)}
 VOTE_PROFILES = (VOTE_PER_CHECK.id, FENCED_VOTE.id)
 DEFAULT_PROFILE = FENCED_VOTE.id  # an implementation that declares none is judged as the spec's own architecture
 

@@ -69,7 +69,7 @@ def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
         layout = BY_KEY[key]
         profile, why = evidence.profile_of(tree, layout.class_name)
         page_size, page_why = evidence.page_size_of(tree, layout)
-        adapters.append(LiveAdapter(f"sglang-live:{key}@{tree.label}", tree, key, profile=profile, profile_evidence=why,
+        adapters.append(LiveAdapter(f"sglang-live:{layout.row}@{tree.label}", tree, key, profile=profile, profile_evidence=why,
                                     deployment={**deployment, **evidence.layout_deployment(tree, layout)},
                                     page_size=page_size, page_size_evidence=page_why))
     return adapters

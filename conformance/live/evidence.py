@@ -69,7 +69,7 @@ HYBRID_CONTROLLER = "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py"
 
 
 def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str, ...]]:
-    """(profile id, evidence) the class's own code shows; (None, ()) when neither architecture's marks are found."""
+    """(profile id, evidence) the class's own code shows; (None, ()) when no architecture's marks are found."""
     module = CLASS_FILES[class_name]
     drain_vote = find(tree, module, r"prefetch_stop_policy == \"wait_complete\"", within="_can_terminate_prefetch")
     drain_false = find(tree, module, r"^\s*return False\b", within="_can_terminate_prefetch")
@@ -85,6 +85,15 @@ def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str
         )
     vote = find(tree, module, r"def can_terminate_prefetch\b")
     reduce = find(tree, module, r"all_reduce", within="can_terminate_prefetch")
+    policy_false = find(tree, module, r"^\s*return False\b", within="can_terminate_prefetch")
+    check_max = find(tree, module, r"ReduceOp\.MAX", within="check_prefetch_progress")
+    if vote and not reduce and policy_false and check_max and drain and sync:
+        return "drain_vote", (
+            policy_false.cite(tree, f"{class_name}.can_terminate_prefetch decides the policy alone, never yes under wait_complete"),
+            check_max.cite(tree, "check_prefetch_progress MAX-reduces [terminated or vote] across ranks"),
+            drain.cite(tree, "completion is committed by the scheduler's ACK drain"),
+            sync.cite(tree, "a sync thread MIN-reduces each progress ACK across ranks"),
+        )
     if vote and reduce:
         return "vote_per_check", (
             vote.cite(tree, f"{class_name}.can_terminate_prefetch casts each check's vote"),

@@ -24,16 +24,19 @@ class Mark:
     file: str  # under sglang/
     pattern: str | None  # a regex some line must match; None: the file exists
     what: str  # what it says of the tree, for the line naming a layout not run
+    absent: bool = False  # the pattern must not match: the line belongs to another layout of the class
 
     def missing_in(self, package: Path) -> str | None:
-        """Why the mark is absent from the package (None when present)."""
+        """Why the mark does not hold in the package (None when it does)."""
         path = package / self.file
         if not path.is_file():
-            return f"sglang/{self.file} does not exist"
+            return None if self.absent else f"sglang/{self.file} does not exist"
         if self.pattern is None:
             return None
-        text = path.read_text(encoding="utf-8", errors="replace")
-        return None if re.search(self.pattern, text, re.M) else f"sglang/{self.file} has no {self.what}"
+        found = re.search(self.pattern, path.read_text(encoding="utf-8", errors="replace"), re.M) is not None
+        if found == self.absent:
+            return f"sglang/{self.file} has the {self.what}" if self.absent else f"sglang/{self.file} has no {self.what}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class PageSizeRule:
 
 @dataclass(frozen=True)
 class Layout:
-    key: str  # the row's name: the class, '+variant' where one class runs in several builds
+    key: str  # unique among layouts: the row's name, with '/<line>' where builds of one row belong to different release lines
     class_name: str  # upstream's class
     module_file: str  # the class's module under sglang/
     layout_name: str  # how 'not run' lines name the layout
@@ -65,6 +68,12 @@ class Layout:
     kv_rank_replicated: bool = False
     # Where the tree's code fixes the page size this build runs at (None: the harness's default page size).
     page_size_rule: "PageSizeRule | None" = None
+
+    @property
+    def row(self) -> str:
+        """The matrix's name for it: the class, '+build' where one class runs in several builds. Layouts of one row
+        are exclusive by their marks, so a row means the same build on every target of a sweep."""
+        return self.key.partition("/")[0]
 
     def missing_in(self, package: Path) -> str | None:
         """The first mark the package lacks, as a 'not run' reason (None: the layout runs)."""

@@ -118,6 +118,7 @@ def load(tree: SglangTree) -> Runtime:
         raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
     logging.getLogger("sglang").setLevel(logging.ERROR)
     direct_copy = apply_shims(modules, layouts)
+    shims.install_prompt_reset(modules["cache_controller"])
     clock = shims.InjectedTime()
     shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
                        perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])

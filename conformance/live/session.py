@@ -298,6 +298,10 @@ class LiveSession:
             return self.storage_threads.deaths()
         return list(self._deaths)
 
+    def background_errors_now(self) -> list[str]:
+        """background_errors() without waiting for a thread an exception is still leaving (for a hang detector)."""
+        return self.storage_threads.deaths(wait_s=0.0) if self._deaths is None else list(self._deaths)
+
     def close(self) -> None:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         if self._closed:

@@ -44,6 +44,10 @@ SHIMS = (
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
     Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size); 0.5.2x resolves through its own no-model path (model 'dummy') and needs only the chunk size",
          "it loads the model's config.json from the hub; the caches read only the hicache_* fields, which are set as a user sets them"),
+    Shim("prompt-reset", "HiCacheController.reset, which RadixCache.__init__ calls: its joins of the storage threads first put the None "
+                         "wake-up in their queues, where the tree's own _stop_storage_threads does so (so its threads take None as a wake-up)",
+         "reset joins threads blocked in a 1 s queue poll without waking them: every cache built waits that second out; the wake-up is "
+         "the one the release's own stop path sends, and changes no decision"),
     Shim("load-back-threshold", "load_back_threshold of the cache (10 tokens upstream)",
          "the harness loads back partial commits of one page; upstream would skip them as too small to be worth a copy"),
 )
@@ -264,6 +268,39 @@ def inject_clock(modules: list[types.ModuleType], injected: InjectedTime, *, per
 
 def set_storage_batch_pages(cache_controller: types.ModuleType, pages: int) -> None:
     cache_controller.STORAGE_BATCH_SIZE = pages
+
+
+# --- prompt-reset -----------------------------------------------------------------------
+
+WAKE_QUEUES = ("prefetch_queue", "backup_queue")
+
+
+def install_prompt_reset(cache_controller: types.ModuleType) -> bool:
+    """Wrap HiCacheController.reset to wake its storage threads first; only where the class's own stop path wakes them with None."""
+    cls = getattr(cache_controller, "HiCacheController", None)
+    if cls is None or getattr(cls.reset, "_conformance_prompt", False):
+        return False
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    if not all(f"self.{name}.put_nowait(None)" in source for name in WAKE_QUEUES):
+        return False  # its threads are not known to take None as a wake-up
+    original = cls.reset
+
+    @functools.wraps(original)
+    def reset(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "enable_storage", False):
+            self.storage_stop_event.set()  # what reset sets first, before the wake-up is taken
+            for name in WAKE_QUEUES:
+                queue = getattr(self, name, None)
+                if queue is not None:
+                    queue.put_nowait(None)
+        return original(self, *args, **kwargs)
+
+    reset._conformance_prompt = True  # type: ignore[attr-defined]
+    cls.reset = reset
+    return True
 
 
 # --- server-args-without-model -------------------------------------------------------------

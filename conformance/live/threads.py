@@ -30,8 +30,10 @@ class StorageThreads:
         alive = ", ".join(f"{name} alive: {self.alive(name)}" for name in self.names)
         return f"{alive}; IO thread errors: {'; '.join(self.taps.io_thread_errors) or 'none'}"
 
-    def deaths(self) -> list[str]:
+    def deaths(self, wait_s: float | None = None) -> list[str]:
         """L5: each thread that an exception ended while the cache was open (one line each).
+
+        wait_s: how long a thread an exception is leaving may take to end (default: THREAD_EXIT_S, within the wait bound).
 
         A thread whose loop catches the error and goes on is fine; one whose
         loop catches only queue.Empty dies, and every later transfer of this
@@ -46,7 +48,7 @@ class StorageThreads:
                 continue
             # The exception is on its way out of the thread's loop: bounded, and at once when the thread ends
             # (a loop that catches it keeps the thread alive, and it is no death).
-            thread.join(min(THREAD_EXIT_S, self.wait_timeout_s))
+            thread.join(min(THREAD_EXIT_S, self.wait_timeout_s) if wait_s is None else wait_s)
             if not thread.is_alive():
                 out.append(f"L5: upstream's {name} ended on {error}; its loop catches only queue.Empty, so no later transfer of this cache runs")
         return list(dict.fromkeys(out))

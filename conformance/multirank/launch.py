@@ -161,7 +161,10 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
             held = {r for r in alive if WAITING in parsed[r]["phase"]}
             divergence = first_divergence({r: b["collectives"] for r, b in parsed.items() if r in alive}, behind=held)
             tail += f"\n{divergence}" if divergence else ""
-            return f"multi-rank run stuck ({why}): " + "; ".join(lines) + tail
+            stuck = f"multi-rank run stuck ({why}): " + "; ".join(lines) + tail
+            # A background thread that died explains a rank that waits for its IO forever: the cause leads.
+            deaths = list(dict.fromkeys(f"rank {r} {d}" for r in alive for d in parsed[r].get("deaths", [])))
+            return "; ".join(deaths) + f"\n(then: {stuck})" if deaths else stuck
 
 
 def _read_heartbeat(workdir: Path, rank: int) -> str:

@@ -124,6 +124,9 @@ class Heartbeat:
         self.path = path
         self._phase = "starting"
         self.trace: TraceRecorder | None = None
+        # The current cache's background-thread deaths, without waiting (its optional background_errors_now()).
+        self.deaths: Callable[[], Sequence[str]] | None = None
+        self._last_deaths: list[str] = []
         self._stop = threading.Event()
         self._written = ""
         self._lock = threading.Lock()
@@ -134,10 +137,11 @@ class Heartbeat:
         self._phase = text
         self._write()
 
-    def _write(self) -> None:
+    def _write(self, *, deaths: bool = False) -> None:
         trace = self.trace
         events = trace.events() if trace is not None else ()
         beat = {
+            "deaths": self._read_deaths() if deaths else self._last_deaths,
             "phase": self._phase,
             "last": events[-1].describe() if events else "",
             # What this rank entered, in order: on a hang the parent finds the first divergence.
@@ -152,7 +156,14 @@ class Heartbeat:
     def _loop(self) -> None:
         # A rank stuck inside a call records nothing new; this notes where it stopped.
         while not self._stop.wait(0.1):
-            self._write()
+            self._write(deaths=True)
+
+    def _read_deaths(self) -> list[str]:
+        try:
+            self._last_deaths = list(self.deaths()) if self.deaths is not None else []
+        except Exception:  # a cache that is closing: no verdict from the heartbeat
+            pass
+        return self._last_deaths
 
     def stop(self) -> None:
         self._stop.set()
@@ -546,6 +557,7 @@ class RankContext:
         handle = CacheHandle(self, index, session, trace, clock, valve, termination)
         self.handles.append(handle)
         self.heartbeat.trace = trace
+        self.heartbeat.deaths = getattr(session, "background_errors_now", None)
         self.result.traces.append(trace.trace())  # placeholder, replaced at the end
         self.result.configs.append(termination)
         self.result.pools = {name: HitPolicy(pool.hit_policy).value for name, pool in session.pools.items()}

@@ -79,7 +79,7 @@ def votes_since(trace, seq: int) -> list:
     return [e for e in trace.events() if e.kind is EventKind.VOTE and e.seq >= seq]
 
 
-@pytest.mark.clause("D1", "D2", "D3", "D4", "D5", "T1", "T2", "X1", "A1", "A2", "A3")
+@pytest.mark.clause("D1", "D2", "D3", "D4", "D5", "T1", "T2", "X1", "A1", "A2", "A3", "R1", "R2")
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_decision_state(impl, make_cache, clock, trace, policy, request, profile, page_size):
     config = TerminationConfig(policy=policy, page_size=page_size, **EXACT_TIMEOUTS)
@@ -141,7 +141,7 @@ def test_guard_enters_the_vote_before_the_reduce(impl, make_cache, clock, trace,
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.clause("T2", "D5", "A1", "A3")
+@pytest.mark.clause("T2", "D5", "A1", "A3", "R1")
 def test_timeout_boundary_is_strict(impl, make_cache, clock, profile, page_size):
     config = TerminationConfig(policy="timeout", page_size=page_size, **EXACT_TIMEOUTS)
     cache = make_cache(termination=config)
@@ -159,7 +159,7 @@ def test_timeout_boundary_is_strict(impl, make_cache, clock, profile, page_size)
     assert cache.can_terminate(op) is True, f"{boundary}: {impl.name} did not time out an operation one clock tick past its {budget}s deadline"
 
 
-@pytest.mark.clause("T1", "D5", "A1")
+@pytest.mark.clause("T1", "D5", "A1", "R1")
 @pytest.mark.parametrize(
     "base, per_ki_at_4, cap, elapsed, timed_out",
     [

@@ -27,9 +27,9 @@ from conformance.report.matrix import INTERLEAVINGS_KEY
 # IO after terminate changes the schedule count (F1), in-flight slots (F5).
 COMMON_CLAUSES = ("S1", "S2", "S3", "S5", "F1", "F3", "F5", "F6", "F8")
 POLICY_CLAUSES = {
-    "best_effort": ("D1", "A1"),
-    "wait_complete": ("D2", "D3", "D4", "L1", "A1"),
-    "timeout": ("D2", "D3", "D5", "T2", "L2", "A1", "A2", "A3"),
+    "best_effort": ("D1", "A1", "R1"),
+    "wait_complete": ("D2", "D3", "D4", "L1", "A1", "R1"),
+    "timeout": ("D2", "D3", "D5", "T2", "L2", "A1", "A2", "A3", "R1", "R2"),
 }
 
 

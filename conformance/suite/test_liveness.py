@@ -30,7 +30,7 @@ def last_transfer(cache, trace):
     return "last KV batch", io_start("kv", nth=PAGES // BATCH, trace=trace)
 
 
-@pytest.mark.clause("L1", "D4", "D5", "A1", "S5")
+@pytest.mark.clause("L1", "D4", "D5", "A1", "R1", "S5")
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 def test_waiting_ends_at_the_first_check_after_io_ends(impl, make_cache, trace, gate, policy, profile, page_size):
     config = TerminationConfig(policy=policy, page_size=page_size)

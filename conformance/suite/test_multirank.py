@@ -25,7 +25,8 @@ from conformance.multirank import (
     run_or_fail,
 )
 from spec.fence import HitPolicy
-from spec.profiles import VOTE_PROFILES
+from spec.config import Policy
+from spec.profiles import VOTE_PROFILES, TimerStart
 from spec.trace import EventKind
 
 
@@ -76,7 +77,7 @@ WORLDS = [pytest.param(2, id="2ranks"), pytest.param(4, id="4ranks")]
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("X1", "X2", "L1", "L3", "S4", "S5")
+@pytest.mark.clause("X1", "X2", "L1", "L3", "S4", "S5", "R2")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
@@ -93,16 +94,19 @@ def test_skewed_kv_progress_finishes_together(run_ranks, world_size, policy):
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F11", "F5")
+@pytest.mark.clause("X1", "L2", "L3", "S4", "F3", "F11", "F5", "R2")
 @pytest.mark.parametrize("world_size", WORLDS)
-def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
+def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size, profile):
     """timeout: rank 0 not past its deadline votes no while the others vote yes; then rank 0 completes."""
     (outcome,) = run_ranks([Scenario("one_rank_timed_out")], world_size)
     finished = outcome.finished_at("r1")
     # The vote per check: rank 0's no holds everyone at check 1, its completion ends the wait at check 2. The ACK drain:
-    # check 1 starts its timer (start_wait), and at check 2 any rank past its deadline ends the wait for all (A2).
-    assert all(f is not None for f in finished.values()) and {label for label, _ in finished.values()} == {"cache 0 check 2"}, (
-        f"L2/X1: every rank must end r1 at check 2 (got {finished})")
+    # check 1 starts its timer (start_wait), and at check 2 any rank past its deadline ends the wait for all (A2). The
+    # drain vote: the timer ran from the start, and any rank's yes ends the wait for all at check 1 (R2).
+    any_yes_ends = profile.decisions(Policy.TIMEOUT, [False] + [True] * (world_size - 1), [False] * world_size)[0]
+    check = "cache 0 check 1" if any_yes_ends and profile.timer_start is TimerStart.OPERATION_START else "cache 0 check 2"
+    assert all(f is not None for f in finished.values()) and {label for label, _ in finished.values()} == {check}, (
+        f"L2/{profile.combine_clause}: every rank must end r1 at {check[8:]} (got {finished})")
     tokens = {t for _, t in finished.values()}
     assert len(tokens) == 1, f"S4: the ranks committed different lengths of r1: {finished}"
     # The slow ranks had loaded only part of KV and no extra pool: with an ALL_PAGES pool nothing is committable.
@@ -113,7 +117,7 @@ def test_one_rank_not_timed_out_holds_the_others(run_ranks, world_size):
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("D3", "X3", "X1", "F3", "F11", "F4", "S1", "S4")
+@pytest.mark.clause("D3", "X3", "X1", "F3", "F11", "F4", "S1", "S4", "R2")
 @pytest.mark.parametrize("world_size", WORLDS)
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 @pytest.mark.needs("extra_pools")
@@ -147,7 +151,7 @@ def assert_aborted_on_one_rank(outcome, world_size: int, aborting: int) -> None:
 
 
 @pytest.mark.precondition("abort_on_one_rank")
-@pytest.mark.clause("X4", "X2", "L3", "S4", "F8")
+@pytest.mark.clause("X4", "X2", "L3", "S4", "F8", "R2")
 @pytest.mark.parametrize("peers_level", ["partial", "done"])
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_abort_on_one_rank_joins_untracked(run_ranks, world_size, peers_level):
@@ -158,7 +162,7 @@ def test_abort_on_one_rank_joins_untracked(run_ranks, world_size, peers_level):
 
 
 @pytest.mark.precondition("rank_local_abort_clock")
-@pytest.mark.clause("X4", "X2", "L3", "S4", "F8")
+@pytest.mark.clause("X4", "X2", "L3", "S4", "F8", "R2")
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_waiting_timeout_abort_on_one_rank(run_ranks, impl, harness, world_size):
     """The scheduler's waiting timeout, read from each rank's own clock, passes on one rank a step before its peers.
@@ -178,7 +182,7 @@ def test_waiting_timeout_abort_on_one_rank(run_ranks, impl, harness, world_size)
 
 
 @pytest.mark.precondition("rank_local_backups")
-@pytest.mark.clause("S4", "S5", "X1", "L3", "F3", "F11")
+@pytest.mark.clause("S4", "S5", "X1", "L3", "F3", "F11", "R2")
 def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     """Rank 1's storage lacks the last two pages: the hit is the MIN, on both ranks."""
     (outcome,) = run_ranks([Scenario("storage_miss_on_one_rank", {"missing_rank": 1})])
@@ -191,7 +195,7 @@ def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     assert loads == {0: [("r1", half)], 1: [("r1", half)]}, f"S4: both ranks serve the 2 agreed pages (got {loads})"
 
 
-@pytest.mark.clause("S4", "F3", "F11", "X1", "L1", "L3")
+@pytest.mark.clause("S4", "F3", "F11", "X1", "L1", "L3", "R2")
 def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     """Rank 1's second KV batch fails in storage: it trims its hit, and both ranks commit the MIN."""
     (outcome,) = run_ranks([Scenario("get_fails_on_one_rank", {"failing_rank": 1})])
@@ -202,7 +206,7 @@ def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     assert failed, "the injected failure did not reach rank 1's load"
 
 
-@pytest.mark.clause("X1", "F7", "S4", "L3", "L5")
+@pytest.mark.clause("X1", "F7", "S4", "L3", "L5", "R2")
 @pytest.mark.parametrize("world_size", WORLDS)
 def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size, profile):
     """The last rank's load fails while every rank still tracks r1 and the peers' loads are held.
@@ -226,7 +230,7 @@ def test_terminated_on_one_rank_ends_it_everywhere(run_ranks, world_size, profil
 
 
 @pytest.mark.io_order("kv_then_extras", "the multi-rank IO valve moves each rank through KV, then the extra-pool transfer")
-@pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F11", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3")
+@pytest.mark.clause("X1", "X2", "F1", "F2", "F3", "F11", "F4", "F5", "F6", "S1", "S2", "S4", "S5", "L3", "R2")
 @pytest.mark.parametrize("policy", ["timeout", "wait_complete", "best_effort"])
 def test_cross_rank_orders_around_the_vote(run_ranks, policy):
     """Every combination of where each rank's IO is at its vote and at its terminate (2 ranks).
@@ -274,7 +278,7 @@ GRID = "2x2"
 
 
 @pytest.mark.precondition("abort_on_one_rank")
-@pytest.mark.clause("X2", "X4", "L3", "S4")
+@pytest.mark.clause("X2", "X4", "L3", "S4", "R2")
 @pytest.mark.needs("vote_groups")
 def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
     """Four ranks reducing over two vote groups each: an abort on the last rank joins neutrally on both its groups."""
@@ -287,7 +291,7 @@ def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
     assert matches == {rank: (0, 0) for rank in range(4)}, f"F8: the aborted r1 must leave nothing in any rank's tree (matches {matches})"
 
 
-@pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5")
+@pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5", "R2")
 @pytest.mark.needs("vote_groups")
 def test_2x2_groups_skewed_io(run_ranks, impl, require):
     """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.

@@ -97,8 +97,8 @@ def test_the_dsa_build_declares_its_backups_rank_replicated_where_only_rank_0_wr
 def test_a_hiradix_without_the_dsa_assembler_runs_the_mha_build_and_names_the_dsa_build_not_run(tmp_path):
     tree = locate(str(dsa_tree(tmp_path, assembler=False)))
     assert tree.layouts == ("HiRadixCache",)
-    assert tree.unwired == ("HiRadixCache+dsa (HiRadixCache) is in the tree but not in the fork's DSA build the harness is wired to "
-                            "(sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)",)
+    assert ("HiRadixCache+dsa (HiRadixCache) is in the tree but not in the fork's DSA build the harness is wired to "
+            "(sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)") in tree.unwired
 
 
 def dsa_pool(page_size: int = 4, pages: int = 3) -> SimpleNamespace:
@@ -133,3 +133,58 @@ def test_index_and_latent_rows_read_back_what_was_written(slots):
     LatentRows(pool).write(at, latent)
     assert torch.equal(IndexerRows(pool).read(at), index) and torch.equal(LatentRows(pool).read(at), latent)
     assert LatentRows(pool).layout.elem_shape == (2, 24) and LatentRows(pool).layout.rank_replicated
+
+
+DRAIN_HIRADIX = """
+class HiRadixCache(RadixCache):
+    def _drain_storage_control_queues_impl(self, n_storage_hit, n_ack_prefetch, n_backup, n_release, log_metrics):
+        def _drain_and_alloc_storage_hit():
+            pass
+
+    def can_terminate_prefetch(self, operation):
+        if self.prefetch_stop_policy == "best_effort":
+            return True
+        if self.prefetch_stop_policy == "wait_complete":
+            return False
+        return self.is_prefetch_timeout(operation)
+
+    def check_prefetch_progress(self, handle):
+        should_terminate_tensor = torch.tensor(int(should_terminate), dtype=torch.int, device="cpu")
+        self._all_reduce(should_terminate_tensor, torch.distributed.ReduceOp.MAX)
+"""
+DRAIN_CONTROLLER = """
+class HiCacheController:
+    def _reduce_prefetch_ack(self, ack):
+        self._all_reduce(completed_tokens_tensor, torch.distributed.ReduceOp.MIN, self.prefetch_completion_sync_groups)
+"""
+
+
+def drain_tree(root: Path) -> Path:
+    package = root / "sglang"
+    (package / "srt" / "mem_cache").mkdir(parents=True)
+    (package / "srt" / "managers").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "srt" / "mem_cache" / "hiradix_cache.py").write_text(DRAIN_HIRADIX)
+    (package / "srt" / "managers" / "cache_controller.py").write_text(DRAIN_CONTROLLER)
+    (package / "srt" / "runtime_context.py").write_text("def publish(server_args, *, role, hf_config=None):\n    pass\n")
+    return root
+
+
+def test_a_hiradix_with_the_ack_drain_runs_the_drain_layout_under_the_same_row_and_its_own_profile(tmp_path):
+    tree = locate(f"{drain_tree(tmp_path)}@0.5.20")
+    assert tree.layouts == ("HiRadixCache/drain",)
+    assert tree.unwired[0] == ("HiRadixCache is in the tree but not in the fork's layout the harness is wired to "
+                               "(sglang/srt/mem_cache/hiradix_cache.py has the ACK drain (_drain_and_alloc_storage_hit))")
+    (adapter,) = adapters_for(tree)
+    assert adapter.name == "sglang-live:HiRadixCache@0.5.20", "one row per class and build on every target of a sweep"
+    assert adapter.profile == "drain_vote"
+    assert any("never yes under wait_complete" in line for line in adapter.profile_evidence)
+    assert any("MAX-reduces [terminated or vote]" in line for line in adapter.profile_evidence)
+
+
+def test_without_its_max_reduce_the_class_declares_no_drain_vote(tmp_path):
+    drain_tree(tmp_path)
+    path = tmp_path / "sglang" / "srt" / "mem_cache" / "hiradix_cache.py"
+    path.write_text(DRAIN_HIRADIX.replace("torch.distributed.ReduceOp.MAX", "op"))
+    (adapter,) = adapters_for(locate(str(tmp_path)))
+    assert adapter.profile is None, "no line shows the agreement: the spec's defaults judge it"

@@ -35,6 +35,10 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
     for rel in UNIFIED_LAYOUT if unified_layout else ():
         (package / rel).parent.mkdir(parents=True, exist_ok=True)
         (package / rel).write_text("")
+    if unified_layout:  # 0.5.21+: the drain allocates a hit through the controller
+        controller = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_cache_controller.py"
+        controller.parent.mkdir(parents=True, exist_ok=True)
+        controller.write_text("class HybridCacheController:\n    def allocate_storage_hit(self, operation, hit_tokens):\n        pass\n")
     if version is not None:
         (package / "version.py").write_text(f'__version__ = "{version}"\n')
     return package
@@ -64,7 +68,7 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
     sglang_package(tmp_path / "other", hiradix=None, unified=True)
     tree = locate(str(tmp_path / "other"))
     assert tree.layouts == ()
-    assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.2x layout the harness is wired to "
+    assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.21+ layout the harness is wired to "
                             "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",)
 
 
@@ -110,7 +114,7 @@ def test_tree_without_any_live_class_is_reported_not_run(tmp_path):
         live_trees([str(tmp_path)])
     message = str(info.value)
     assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in message
-    assert "UnifiedRadixCache is in the tree but not in the 0.5.2x layout the harness is wired to" in message
+    assert "UnifiedRadixCache is in the tree but not in the 0.5.21+ layout the harness is wired to" in message
 
 
 def test_one_tree_per_run(tmp_path):

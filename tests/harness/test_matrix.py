@@ -211,7 +211,8 @@ def test_matrix_marks_each_status(single):
     # The verdicts follow from those outcomes and each clause's kind (both adapters declare no profile: the spec's own).
     assert {c: v for c, v in data["matrix"]["broken"]["cpu"].items() if v != "uncovered"} == {
         "S5": "defect", "L3": "defect", "F1": "not-judged", "T1": "xfail", "C2": "pass", "D1": "pass", "T2": "xfail", "X4": "xfail",
-        "F3": "unverified", "A1": "not-applicable", "A2": "not-applicable", "A3": "not-applicable"}
+        "F3": "unverified", "A1": "not-applicable", "A2": "not-applicable", "A3": "not-applicable",
+        "R1": "not-applicable", "R2": "not-applicable"}
     assert data["matrix"]["good"]["cpu"]["D1"] == "unverified"
     assert data["cell_notes"]["broken"]["cpu"]["S5"] == {"kind": "safety", "why": "S5: pool kv: loaded bytes differ"}
     assert data["cell_notes"]["broken"]["cpu"]["F3"]["why"] == "its failing tests failed first on L3"

@@ -154,7 +154,7 @@ def test_a_failure_pytest_cannot_format_is_still_reported(run):
 
 
 @pytest.mark.parametrize("factory, message", [
-    ("bad_profile", "invalid adapter bad_profile profile: 'drain' (accepted: one of spec.profiles.PROFILES: fenced_vote, vote_per_check, ack_drain)"),
+    ("bad_profile", "invalid adapter bad_profile profile: 'drain' (accepted: one of spec.profiles.PROFILES: fenced_vote, vote_per_check, ack_drain, drain_vote)"),
     ("bad_deployment", "invalid adapter bad_deployment deployment: 'aborts_anywhere' (accepted: a precondition of spec.preconditions: "),
 ])
 def test_a_bad_declaration_is_one_usage_line(subprocess_pytest, workdir: Path, factory, message):

@@ -12,7 +12,7 @@ from spec.decision import VOTE_COLLECTIVE, enumerate_states
 from spec.errors import ConfigError
 from spec.kinds import Kind
 from spec.preconditions import PRECONDITIONS, precondition
-from spec.profiles import ACK_DRAIN, DEFAULT_PROFILE, FENCED_VOTE, PROFILES, VOTE_PER_CHECK, TimerStart, profile
+from spec.profiles import ACK_DRAIN, DEFAULT_PROFILE, DRAIN_VOTE, FENCED_VOTE, PROFILES, VOTE_PER_CHECK, TimerStart, profile
 from spec.verdicts import Verdict, verdict
 
 PAGE = 2
@@ -27,6 +27,8 @@ def test_every_clause_has_a_kind_and_every_mechanism_names_its_profiles():
             assert c.profiles, f"{c.id} is a mechanism of no architecture"
     # The ACK drain's own mechanism clauses judge it alone; the vote's judge both vote profiles, not the drain.
     assert {c.id for c in CATALOGUE.values() if c.profiles == (ACK_DRAIN.id,)} == {"A1", "A2", "A3"}
+    assert {c.id for c in CATALOGUE.values() if c.profiles == (DRAIN_VOTE.id,)} == {"R1", "R2"}
+    assert CATALOGUE["T2"].applies_to(DRAIN_VOTE.id) and not CATALOGUE["D4"].applies_to(DRAIN_VOTE.id)
     assert not CATALOGUE["D3"].applies_to(ACK_DRAIN.id) and CATALOGUE["D3"].applies_to(VOTE_PER_CHECK.id)
     assert CATALOGUE["S1"].applies_to(ACK_DRAIN.id) and CATALOGUE["S1"].kind is Kind.SAFETY
 
@@ -57,7 +59,7 @@ def test_verdict_follows_from_kind_profile_and_outcome(clause_id, profile_id, ou
 def test_an_unknown_outcome_or_profile_is_one_line():
     with pytest.raises(ConfigError, match="invalid outcome: 'failed' \\(accepted: fail, fail-other"):
         verdict(CATALOGUE["S1"], "fenced_vote", "failed")
-    with pytest.raises(ConfigError, match="invalid profile: 'drain' \\(accepted: one of fenced_vote, vote_per_check, ack_drain\\)"):
+    with pytest.raises(ConfigError, match="invalid profile: 'drain' \\(accepted: one of fenced_vote, vote_per_check, ack_drain, drain_vote\\)"):
         profile("drain")
     with pytest.raises(ConfigError, match="invalid precondition: 'aborts'"):
         precondition("aborts")
@@ -142,3 +144,21 @@ def test_a_trace_pair_recorded_under_two_profiles_is_one_error_line():
         check([a, b], CFG)
     with pytest.raises(ConfigError, match="invalid profile"):
         TraceRecorder(ManualClock(), profile="votes")
+
+
+def _policy_vote_oracle(s: DecisionState) -> bool:
+    """Written from the 0.5.19/0.5.20 HiRadixCache's documented design, apart from spec/profiles.py: the policy alone."""
+    return {Policy.BEST_EFFORT: True, Policy.WAIT_COMPLETE: False, Policy.TIMEOUT: s.timed_out}[s.policy]
+
+
+def test_the_drain_vote_is_the_policy_alone_and_any_rank_ends_the_wait_on_every_policy():
+    for state in enumerate_states(PAGE):
+        assert DRAIN_VOTE.vote(state) is _policy_vote_oracle(state), state
+        assert DRAIN_VOTE.vote_clause(state) == "R1"
+    for votes in itertools.product((False, True), repeat=3):
+        for terminated in itertools.product((False, True), repeat=3):
+            want = any(v or t for v, t in zip(votes, terminated))
+            assert DRAIN_VOTE.decisions(Policy.WAIT_COMPLETE, votes, terminated) == (want,) * 3
+    assert [DRAIN_VOTE.collectives(p) for p in Policy] == [1, 1, 1], "one MAX per check under every policy"
+    assert DRAIN_VOTE.timer_start is TimerStart.OPERATION_START and DRAIN_VOTE.cuts_landed_kv
+    assert [DRAIN_VOTE.counterpart(c) for c in ("D1", "X1", "X2", "T2")] == ["R1", "R2", "R2", "T2"]

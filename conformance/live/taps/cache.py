@@ -97,6 +97,25 @@ def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> V
     """The fork's cache: can_terminate_prefetch (and its reduce), _insert_helper_host, and the phases whose collectives it names."""
     votes = Votes(taps, decision_state)
 
+    def progress(original: Callable) -> Callable:
+        def wrapper(req_id: str) -> Any:
+            with taps.scheduling(op=req_id, phase="commit"):
+                return original(req_id)
+        return wrapper
+
+    wrap(cache, "can_terminate_prefetch", votes.deciding)
+    if hasattr(cache, "_all_reduce_attn_groups"):
+        wrap(cache, "_all_reduce_attn_groups", votes.reducing)
+    tap_insert_helper_host(taps, cache)
+    wrap(cache, "check_prefetch_progress", progress)
+    wrap(cache, "writing_check", taps.phase("write_ack_min"))
+    wrap(cache, "loading_check", taps.phase("load_ack_min"))
+    wrap(cache, "drain_storage_control_queues", taps.phase("drain_queues_min"))
+    return votes
+
+
+def tap_insert_helper_host(taps: Taps, cache: Any) -> None:
+    """COMMIT (the length handed to the tree) and INSERT (the host slots the tree took) at _insert_helper_host, which returns the length it already held."""
     def inserting(original: Callable) -> Callable:
         def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any, *args: Any, **kwargs: Any) -> Any:
             op = taps.ctx.op
@@ -110,21 +129,7 @@ def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> V
             return matched
         return wrapper
 
-    def progress(original: Callable) -> Callable:
-        def wrapper(req_id: str) -> Any:
-            with taps.scheduling(op=req_id, phase="commit"):
-                return original(req_id)
-        return wrapper
-
-    wrap(cache, "can_terminate_prefetch", votes.deciding)
-    if hasattr(cache, "_all_reduce_attn_groups"):
-        wrap(cache, "_all_reduce_attn_groups", votes.reducing)
     wrap(cache, "_insert_helper_host", inserting)
-    wrap(cache, "check_prefetch_progress", progress)
-    wrap(cache, "writing_check", taps.phase("write_ack_min"))
-    wrap(cache, "loading_check", taps.phase("load_ack_min"))
-    wrap(cache, "drain_storage_control_queues", taps.phase("drain_queues_min"))
-    return votes
 
 
 def tap_barrier(taps: Taps, cache: Any, name: str) -> None:

@@ -1,6 +1,10 @@
 """The fork's HiRadixCache on a plain MHA KV pool: no extra pool (its one sidecar, the DSA indexer, is hiradix_dsa's build)."""
 
-from conformance.live.layout import Layout
+from conformance.live.layout import Layout, Mark
+
+# The fork's HiRadixCache allocates a prefetch's host slots when it is queued and votes each check itself; the
+# 0.5.19/0.5.20 line allocates them in the scheduler's ACK drain (the hiradix_drain layout).
+FORK_PREFETCH = Mark("srt/mem_cache/hiradix_cache.py", r"_drain_and_alloc_storage_hit", "ACK drain (_drain_and_alloc_storage_hit)", absent=True)
 
 LAYOUT = Layout(
     key="HiRadixCache",
@@ -10,4 +14,5 @@ LAYOUT = Layout(
     session="conformance.live.layouts.hiradix.session:HiRadixSession",
     modules={"hiradix_cache": "sglang.srt.mem_cache.hiradix_cache"},
     capabilities=frozenset({"multi_rank", "kv_formats"}),
+    marks=(FORK_PREFETCH,),
 )

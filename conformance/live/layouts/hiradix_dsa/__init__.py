@@ -8,6 +8,7 @@ runs at the page size the tree's code demands.
 """
 
 from conformance.live.layout import Layout, Mark, PageSizeRule
+from conformance.live.layouts.hiradix import FORK_PREFETCH
 
 LAYOUT = Layout(
     key="HiRadixCache+dsa",
@@ -23,6 +24,7 @@ LAYOUT = Layout(
     default_extra_pools=("indexer",),
     kv_rank_replicated=True,
     marks=(
+        FORK_PREFETCH,
         Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool"),
         Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
              "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)"),

@@ -23,21 +23,26 @@ def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
     configure_hiradix(runtime, fields)
 
 
+def build_dsa(session: LiveSession) -> Any:
+    """The DSA device tier, then upstream's own HiRadixCache on it (its assembler builds the rest); sets the session's tiers and sidecar."""
+    m = session.runtime.modules
+    device_pool, session.allocator, req_pool = dsa_device_tier(session.runtime, session.env, session.device_pages)
+    session.kv = LatentRows(device_pool)
+    params = m["cache_init_params"].CacheInitParams(
+        disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=session.allocator,
+        page_size=session.env.page_size, tp_cache_group=session.group)
+    cache = m["hiradix_cache"].HiRadixCache(params, session.args)
+    storage = m["hicache_storage"]
+    session.kv_host = cache.full_kv_pool_host
+    session.sidecars = [IndexerSidecar(device_pool, cache.token_to_kv_pool_host.get_pool(storage.PoolName.INDEXER), storage,
+                                       session.storage_file_name)]
+    return cache
+
+
 class HiRadixDsaSession(LiveSession):
-    """One upstream HiRadixCache instance on a DSA device pool for one test."""
+    """One upstream HiRadixCache instance on a DSA device pool for one test (the fork's layout)."""
 
     CLASS_NAME = "HiRadixCache"
 
     def build(self) -> Any:
-        m = self.runtime.modules
-        device_pool, self.allocator, req_pool = dsa_device_tier(self.runtime, self.env, self.device_pages)
-        self.kv = LatentRows(device_pool)
-        params = m["cache_init_params"].CacheInitParams(
-            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator,
-            page_size=self.env.page_size, tp_cache_group=self.group)
-        cache = m["hiradix_cache"].HiRadixCache(params, self.args)
-        storage = m["hicache_storage"]
-        self.kv_host = cache.full_kv_pool_host
-        self.sidecars = [IndexerSidecar(device_pool, cache.token_to_kv_pool_host.get_pool(storage.PoolName.INDEXER), storage,
-                                        self.storage_file_name)]
-        return cache
+        return build_dsa(self)

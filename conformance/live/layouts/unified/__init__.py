@@ -1,4 +1,4 @@
-"""0.5.2x's UnifiedRadixCache (the ACK drain), on its full-attention component.
+"""0.5.21-0.5.23's UnifiedRadixCache (the ACK drain), on its full-attention component.
 
 The fork's earlier UnifiedRadixCache has neither a tree core nor a runtime
 context: another protocol, named in the header and not run.
@@ -10,7 +10,7 @@ LAYOUT = Layout(
     key="UnifiedRadixCache",
     class_name="UnifiedRadixCache",
     module_file="srt/mem_cache/unified_radix_cache.py",
-    layout_name="the 0.5.2x layout",
+    layout_name="the 0.5.21+ layout",
     session="conformance.live.layouts.unified.session:UnifiedSession",
     modules={
         "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
@@ -28,6 +28,8 @@ LAYOUT = Layout(
     marks=(
         Mark("srt/mem_cache/unified_cache/unified_tree_core.py", None, "tree core"),
         Mark("srt/runtime_context.py", None, "runtime context"),
+        # 0.5.21+: the drain allocates a hit through the controller (0.5.19/0.5.20 allocate it inline, another drain).
+        Mark("srt/mem_cache/hybrid_cache/hybrid_cache_controller.py", r"def allocate_storage_hit\b", "allocate_storage_hit (the 0.5.21+ drain)"),
     ),
     host_pool_modules=("pool_host_mha", "pool_host_mamba"),
 )

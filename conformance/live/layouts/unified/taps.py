@@ -43,14 +43,21 @@ class AckCounts:
 
 
 def _nothing(*_: Any) -> None:
-    """The IO thread's end is its final ACK (IO_DONE there), not _page_transfer's return or raise; the hit is the drain's."""
+    """The IO thread's end is its final ACK (IO_DONE there), not _page_transfer's return; the hit is the drain's."""
 
 
-def tap_unified_controller(taps: Taps, cc: Any) -> AckCounts:
-    """The 0.5.2x controller: the queue, the drain's hit allocation, the IO thread and its ACKs, backups, terminate, copies."""
+def _raised(taps: Taps, op: str) -> None:
+    """_page_transfer raised: the final ACK may never come (a loop without a finally dies first), so waiters look again."""
+    with taps.io_done:
+        taps.io_done.notify_all()
+
+
+def tap_ack_drain_controller(taps: Taps, cc: Any, tap_allocation: Callable[[Taps, Any], None] | None = None) -> AckCounts:
+    """An ACK-drain controller: the queue, the drain's hit allocation (0.5.21+'s allocate_storage_hit unless told otherwise),
+    the IO thread and its ACKs, backups, terminate, copies."""
     acks = AckCounts()
     tap_queue(taps, cc)
-    tap_hit_allocation(taps, cc)
+    (tap_allocation or tap_hit_allocation)(taps, cc)
     tap_io_thread(taps, cc, acks)
     tap_backup(taps, cc)
     tap_terminate(taps, cc)
@@ -101,7 +108,7 @@ def tap_io_thread(taps: Taps, cc: Any, acks: AckCounts) -> None:
         return wrapper
 
     wrap(cc.prefetch_hit_queue, "put", hit)
-    tap_transfer(taps, cc, started=_nothing, raised=_nothing, returned=_nothing)
+    tap_transfer(taps, cc, started=_nothing, raised=_raised, returned=_nothing)
     tap_page_get(taps, cc, lambda _operation, _before, pages: int(pages or 0) * taps.page_size)  # it returns the pages that arrived
     wrap(cc.prefetch_sync_queue, "put", queued)
     wrap(cc.ack_prefetch_queue, "put", acked)

@@ -1,0 +1,38 @@
+"""HiRadixCache of the 0.5.19/0.5.20 line on a DSA model's KV: the ACK drain with the indexer read per KV batch.
+
+The same build as the fork's hiradix_dsa (upstream's DSATokenToKVPool and
+its own assembler), in the release line that reads the KV-derived indexer
+beside every KV batch and clamps each batch to the shorter of the two.
+"""
+
+from conformance.live.layout import Layout, Mark
+from conformance.live.layouts.hiradix_drain import DRAIN
+from conformance.live.layouts.hiradix_dsa import LAYOUT as FORK_DSA
+
+LAYOUT = Layout(
+    key="HiRadixCache+dsa/drain",
+    class_name="HiRadixCache",
+    module_file="srt/mem_cache/hiradix_cache.py",
+    layout_name="the 0.5.19/0.5.20 DSA build",
+    session="conformance.live.layouts.hiradix_dsa_drain.session:HiRadixDrainDsaSession",
+    modules={
+        "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
+        "runtime_context": "sglang.srt.runtime_context",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "pool_host_mla": "sglang.srt.mem_cache.pool_host.mla",
+        "pool_host_dsa": "sglang.srt.mem_cache.pool_host.dsa",
+    },
+    capabilities=FORK_DSA.capabilities,
+    default_extra_pools=FORK_DSA.default_extra_pools,
+    kv_rank_replicated=True,
+    marks=(
+        DRAIN,
+        Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool"),
+        Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
+             "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)"),
+        Mark("srt/mem_cache/pool_host/dsa.py", r"^class DSAIndexerPoolHost\b", "DSAIndexerPoolHost"),
+        Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache"),
+    ),
+    host_pool_modules=("pool_host_mla", "pool_host_dsa"),
+    page_size_rule=FORK_DSA.page_size_rule,
+)
