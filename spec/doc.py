@@ -121,8 +121,8 @@ def render() -> str:
     add(table.render_markdown(TABLE_PAGE_SIZE))
     add("## Trace contract\n")
     add(
-        "Implementations record these events (spec/trace.py); the invariants (spec/invariants.py) "
-        "are predicates over them. Every event carries seq, kind, rank and t (the injected clock). "
+        "Implementations record these events (spec/trace.py); the invariants (spec/invariants.py; "
+        "L1-L4 in spec/liveness_checks.py) are predicates over them. Every event carries seq, kind, rank and t (the injected clock). "
         "An event is recorded while holding the lock that makes it true, and gated after releasing it; "
         "VOTE is recorded outside every lock, since a harness may hold the scheduler at its vote. "
         "Spaces: `host`, `device`. IO directions: " + ", ".join(f"`{d}`" for d in IO_DIRECTIONS) + ".\n"

@@ -12,57 +12,16 @@ free -> op -> (tree | free); slots never seen in an ALLOC are not tracked.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping
 
-from spec.config import Policy, TerminationConfig
+from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
 from spec.errors import ConfigError
-from spec.groups import group_members
-from spec.profiles import Profile, TimerStart, kv_landed, profile as find_profile
-from spec.timeout import is_timed_out, timeout_budget
+from spec.profiles import Profile, profile as find_profile
 from spec.fence_lock import UnfencedSection
 from spec.trace import HOST, LOAD, LOAD_BACK_COPY, Event, EventKind, Trace
-
-
-@dataclass(frozen=True)
-class Violation:
-    clause: str
-    message: str
-    event: Event | None = None
-    slot: int | None = None
-
-    def __str__(self) -> str:
-        where = f" at {self.event.describe()}" if self.event is not None else ""
-        slot = f" slot {self.slot}" if self.slot is not None else ""
-        return f"{self.clause}: {self.message}{slot}{where}"
-
-
-@dataclass(frozen=True)
-class CheckContext:
-    traces: Mapping[int, Trace]
-    config: TerminationConfig | None
-    closed: bool
-    profile: Profile  # the architecture the implementation declares: whose vote, combine and timer judge it
-
-
-Checker = Callable[[CheckContext], Iterator[Violation]]
-SlotKey = tuple  # (pool, space, slot)
-
-
-def _slot_keys(event: Event) -> Iterator[tuple[SlotKey, int]]:
-    for slot in event.slots:
-        yield (event.pool, event.space, slot), slot
-
-
-def _ended(kind: EventKind) -> bool:
-    return kind in (EventKind.TERMINATE, EventKind.REVOKE)
-
-
-# An operation starts no more IO once terminated, revoked or done (its IO thread said so):
-# a cache that commits a finished prefetch without a terminate (0.5.2x's ACK drain) is not exposing anything.
-def _io_closed(kind: EventKind) -> bool:
-    return _ended(kind) or kind is EventKind.IO_DONE
+from spec.trace_checks import Checker, CheckContext, SlotKey, Violation, io_closed, op_ended, slot_keys, terminates_by_step
+from spec.liveness_checks import check_l1, check_l2, check_l3, check_l4
 
 
 # --- safety ------------------------------------------------------------------
@@ -78,19 +37,19 @@ def check_s1(ctx: CheckContext) -> Iterator[Violation]:
                 if e.value == LOAD_BACK_COPY and e.space == HOST:
                     # The copy to the device is the load-back: its source must be quiet.
                     yield from _exposed(e, "loaded back", open_io, owner, stopped)
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     open_io[key].add(e.io)
             elif e.kind is EventKind.IO_END:
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     open_io[key].discard(e.io)
             elif e.kind is EventKind.ALLOC and e.op is not None:
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     owner[key] = e.op
-            elif _io_closed(e.kind):
+            elif io_closed(e.kind):
                 stopped.add(e.op)
             elif e.kind is EventKind.INSERT:
                 yield from _exposed(e, "inserted", open_io, owner, stopped)
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     owner.pop(key, None)
 
 
@@ -112,7 +71,7 @@ def check_s2(ctx: CheckContext) -> Iterator[Violation]:
         stopped: dict[str, Event] = {}
         refused: dict[int, Event] = {}
         for e in trace.events:
-            if _ended(e.kind) and e.op not in stopped:
+            if op_ended(e.kind) and e.op not in stopped:
                 stopped[e.op] = e
             elif e.kind is EventKind.IO_START and e.op in stopped:
                 yield Violation("S2", f"IO started after #{stopped[e.op].seq} {stopped[e.op].kind.value} of {e.op}", e)
@@ -132,26 +91,26 @@ def check_s3(ctx: CheckContext) -> Iterator[Violation]:
         allocated_at: dict[SlotKey, Event] = {}
         for e in trace.events:
             if e.kind is EventKind.IO_START:
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     open_io[key].add(e.io)
             elif e.kind is EventKind.IO_END:
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     open_io[key].discard(e.io)
             elif e.kind is EventKind.ALLOC:
-                for key, slot in _slot_keys(e):
+                for key, slot in slot_keys(e):
                     if state.get(key) is not None:
                         yield Violation("S3", f"allocated while still held by {_holder(state[key])}", e, slot)
                     state[key] = e.op if e.op is not None else "tree"
                     allocated_at[key] = e
             elif e.kind is EventKind.INSERT:
-                for key, slot in _slot_keys(e):
+                for key, slot in slot_keys(e):
                     if key not in state:
                         continue
                     if state[key] != e.op:
                         yield Violation("S3", f"inserted by {e.op} but held by {_holder(state[key])}", e, slot)
                     state[key] = "tree"
             elif e.kind is EventKind.FREE:
-                for key, slot in _slot_keys(e):
+                for key, slot in slot_keys(e):
                     if open_io[key]:
                         ios = ",".join(str(i) for i in sorted(open_io[key]))
                         yield Violation("S3", f"freed while IO {ios} into or out of it is in flight", e, slot)
@@ -239,16 +198,16 @@ def check_f3(ctx: CheckContext) -> Iterator[Violation]:
         load_ios: set[int] = set()
         for e in trace.events:
             if e.kind is EventKind.ALLOC:
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     loaded.discard(key)
             elif e.kind is EventKind.IO_START and e.value == LOAD:
                 load_ios.add(e.io)
             elif e.kind is EventKind.IO_END and e.io in load_ios and e.value:
                 # An IO may end in parts (the pages that arrived, the pages that failed).
-                for key, _ in _slot_keys(e):
+                for key, _ in slot_keys(e):
                     loaded.add(key)
             elif e.kind is EventKind.INSERT and e.op is not None:
-                for key, slot in _slot_keys(e):
+                for key, slot in slot_keys(e):
                     if key not in loaded:
                         yield Violation("F3", f"inserted by {e.op} without a completed load of its bytes", e, slot)
 
@@ -309,13 +268,6 @@ def _votes(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
     return votes
 
 
-def _terminates(ctx: CheckContext) -> dict[tuple[str, int], dict[int, Event]]:
-    out: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
-    for rank, trace in ctx.traces.items():
-        for e in trace.events:
-            if e.kind is EventKind.TERMINATE and e.step is not None:
-                out[(e.op, e.step)][rank] = e
-    return out
 
 
 def check_decision(ctx: CheckContext) -> Iterator[Violation]:
@@ -334,7 +286,7 @@ def check_x1(ctx: CheckContext) -> Iterator[Violation]:
     collective): a vote the spec disagrees with is D1-D5's violation, and the
     decision that follows from it is not X1's too.
     """
-    terminates = _terminates(ctx)
+    terminates = terminates_by_step(ctx)
     for (op, step), by_rank in _votes(ctx).items():
         if len(by_rank) < len(ctx.traces) or any(v.state is None for v in by_rank.values()):
             continue
@@ -378,241 +330,6 @@ def check_x2(ctx: CheckContext) -> Iterator[Violation]:
                                     f"{got} vote collectives{on} in this check (rank {rank}, step {e.step}); {e.state.policy.value} needs {want}", e)
 
 
-# --- liveness ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _OpInfo:
-    policy: Policy
-    start: float
-    page_size: int
-
-
-def _op_infos(ctx: CheckContext) -> dict[str, _OpInfo]:
-    out: dict[str, _OpInfo] = {}
-    for trace in ctx.traces.values():
-        for e in trace.events:
-            if e.kind is EventKind.OP_START and e.op not in out:
-                value = e.value or {}
-                out[e.op] = _OpInfo(
-                    policy=Policy.parse(value.get("policy")),
-                    start=float(value.get("start", e.t)),
-                    page_size=int(value.get("page_size", 1)),
-                )
-    return out
-
-
-def check_l1(ctx: CheckContext) -> Iterator[Violation]:
-    """L1: wait_complete ends at the first check after all IO ended, committing the whole hit when IO succeeded."""
-    infos = _op_infos(ctx)
-    troubled = _ops_with(ctx, lambda e: e.kind in (EventKind.REVOKE, EventKind.IO_EXPIRED) or (e.kind is EventKind.IO_END and e.op is not None and not e.value))
-    for trace in ctx.traces.values():
-        done: set[str] = set()
-        ended: set[str] = set()
-        for e in trace.events:
-            info = infos.get(e.op)
-            if info is None or info.policy is not Policy.WAIT_COMPLETE:
-                continue
-            if e.kind is EventKind.IO_DONE:
-                done.add(e.op)
-            elif _ended(e.kind):
-                ended.add(e.op)
-            elif e.kind is EventKind.VOTE and e.op in done and e.op not in ended:
-                peers_done = all(_io_done_before_step(t, e.op, e.step) for t in ctx.traces.values())
-                if peers_done and not _terminated_at(trace, e.op, e.step):
-                    yield Violation("L1", f"all IO of {e.op} had ended on every rank, yet this check did not terminate it", e)
-            elif e.kind is EventKind.COMMIT and e.op not in troubled and e.step is not None and _io_ended_before_terminate(ctx, e.op):
-                # A commit outside any scheduler check (an abort) owes no hit; nor does one whose
-                # check came before the IO ended: that early stop is the vote's violation (D2-D5, X1).
-                want = _agreed_hit_pages(ctx, e.op)
-                if want is not None and int(e.value) != want * info.page_size:
-                    yield Violation(
-                        "L1",
-                        f"wait_complete committed {e.value} tokens of {e.op}; all its IO succeeded, so it must commit the whole hit ({want * info.page_size})",
-                        e,
-                    )
-
-
-def _io_ended_before_terminate(ctx: CheckContext, op: str) -> bool:
-    """On every rank, the IO of op ended before the scheduler terminated it."""
-    for trace in ctx.traces.values():
-        for e in trace.events:
-            if e.op != op:
-                continue
-            if e.kind is EventKind.IO_DONE:
-                break
-            if e.kind is EventKind.TERMINATE:
-                return False
-        else:
-            return False
-    return True
-
-
-def _ops_with(ctx: CheckContext, predicate: Callable[[Event], bool]) -> set[str]:
-    return {e.op for t in ctx.traces.values() for e in t.events if e.op is not None and predicate(e)}
-
-
-def _agreed_hit_pages(ctx: CheckContext, op: str) -> int | None:
-    """MIN over ranks of each rank's last HIT for op; None if a rank has none."""
-    pages: list[int] = []
-    for trace in ctx.traces.values():
-        hits = [int(e.value) for e in trace.events if e.kind is EventKind.HIT and e.op == op]
-        if not hits:
-            return None
-        pages.append(hits[-1])
-    return min(pages)
-
-
-def _io_done_before_step(trace: Trace, op: str, step: int) -> bool:
-    """Whether this rank's vote at `step` saw IO_DONE: recorded before the vote's snapshot (`seen`), or before the vote."""
-    done_at = None
-    for e in trace.events:
-        if e.kind is EventKind.IO_DONE and e.op == op and done_at is None:
-            done_at = e.seq
-        elif e.kind is EventKind.VOTE and e.op == op and e.step == step:
-            observed = e.seen if e.seen is not None else e.seq
-            return done_at is not None and done_at < observed
-        elif _ended(e.kind) and e.op == op:
-            return True
-    return False
-
-
-def _terminated_at(trace: Trace, op: str, step: int) -> bool:
-    return any(
-        (e.kind is EventKind.TERMINATE and e.op == op and e.step is not None and e.step <= step)
-        or (e.kind is EventKind.REVOKE and e.op == op)
-        for e in trace.events
-    )
-
-
-def check_l2(ctx: CheckContext) -> Iterator[Violation]:
-    """L2: under timeout, a rank past its deadline votes yes; a check where every rank is past it terminates.
-
-    The deadline counts from where the profile starts its timer: the operation's start, or the first check that found it unfinished.
-    """
-    if ctx.config is None:
-        return
-    infos = _op_infos(ctx)
-    past: dict[tuple[str, int], dict[int, Event]] = defaultdict(dict)
-    blocked: dict[tuple[int, str], float] = {}
-    for rank, trace in ctx.traces.items():
-        hit: dict[str, int] = {}
-        for e in trace.events:
-            if e.kind is EventKind.HIT:
-                hit[e.op] = int(e.value)
-            elif e.kind is EventKind.VOTE and e.op in infos and infos[e.op].policy is Policy.TIMEOUT:
-                if ctx.profile.timer_start is TimerStart.FIRST_BLOCKED_CHECK:
-                    start = blocked.setdefault((rank, e.op), e.t)  # the first check that found it unfinished
-                else:
-                    start = infos[e.op].start
-                budget = timeout_budget(ctx.config, hit.get(e.op, 0))
-                if e.state is not None and not ctx.profile.cuts_landed_kv and kv_landed(e.state):
-                    continue  # landed KV waits for the drain's commit (A1); a read that never ends is L4's
-                if is_timed_out(start, e.t, budget):
-                    past[(e.op, e.step)][rank] = e
-                    if not e.value:
-                        yield Violation("L2", f"voted no {e.t - start:.6g}s after start, past its {budget:.6g}s budget", e)
-    terminates = _terminates(ctx)
-    for (op, step), by_rank in past.items():
-        if len(by_rank) == len(ctx.traces):
-            for rank, vote in by_rank.items():
-                if rank not in terminates.get((op, step), {}):
-                    yield Violation("L2", f"every rank was past the deadline of {op} at step {step}, yet it was not terminated", vote)
-
-
-def check_l3(ctx: CheckContext) -> Iterator[Violation]:
-    """L3: the ranks of each group run the same collectives on it, in the same order, per check and per operation.
-
-    A collective names its group (spec/groups.py); an unlabelled one ran on the
-    implementation's single group, every rank of the traces.
-    """
-    if len(ctx.traces) < 2:
-        return
-    ranks = sorted(ctx.traces)
-    # (group, "step"|"op", step or op) -> rank -> [(name, op)]
-    seqs: dict[tuple, dict[int, list[tuple[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
-    first: dict[tuple, Event] = {}
-    for rank, trace in ctx.traces.items():
-        for e in trace.events:
-            if e.kind is not EventKind.COLLECTIVE:
-                continue
-            key = (e.group, "step", e.step) if e.step is not None else (e.group, "op", e.op)
-            seqs[key][rank].append((e.value, e.op))
-            first.setdefault((key, rank), e)
-    for key, by_rank in sorted(seqs.items(), key=lambda item: (str(item[0][0]), item[0][1], str(item[0][2]))):
-        group, where, at = key
-        members = [r for r in (group_members(group) or ranks) if r in ctx.traces]
-        if len(members) < 2:
-            continue
-        reference = by_rank.get(members[0], [])
-        for rank in members[1:]:
-            got = by_rank.get(rank, [])
-            if got == reference:
-                continue
-            event = first.get((key, rank)) or first.get((key, members[0]))
-            on = f" on group {group}" if group is not None else ""
-            if where == "step":
-                message = f"step {at}{on}: rank {rank} ran collectives {_fmt(got)}, rank {members[0]} ran {_fmt(reference)}"
-            else:
-                message = f"operation {at}{on}: rank {rank} ran {[name for name, _ in got]}, rank {members[0]} ran {[name for name, _ in reference]}"
-            yield Violation("L3", message, event)
-
-
-def _io_bounds(ctx: CheckContext) -> dict[str, float]:
-    """op -> the bound on each of its transfers, as its OP_START states it (io_timeout_s)."""
-    out: dict[str, float] = {}
-    for trace in ctx.traces.values():
-        for e in trace.events:
-            if e.kind is EventKind.OP_START and isinstance(e.value, dict) and e.value.get("io_timeout_s") is not None:
-                out.setdefault(e.op, float(e.value["io_timeout_s"]))
-    return out
-
-
-def check_l4(ctx: CheckContext) -> Iterator[Violation]:
-    """L4: at a check, a load past its bound has ended or counts as failed; its pages are never inserted.
-
-    The check's time is its STEP event's (the bound is judged when the check
-    begins); a load counts as failed from its IO_EXPIRED on, which must come
-    strictly after its bound, and its slots then never enter the tree for
-    that operation.
-    """
-    bounds = _io_bounds(ctx)
-    for trace in ctx.traces.values():
-        step_at: dict[int, float] = {}
-        started: dict[int, Event] = {}
-        closed_at: dict[int, int] = {}  # io -> seq of its first IO_END or IO_EXPIRED
-        failed: set[tuple[str, str, int]] = set()  # (op, pool, slot) of expired loads
-        for e in trace.events:
-            bound = bounds.get(e.op)
-            if e.kind is EventKind.STEP:
-                step_at[e.step] = e.t
-            elif bound is None:
-                continue
-            elif e.kind is EventKind.IO_START and e.value == LOAD:
-                started[e.io] = e
-            elif e.kind in (EventKind.IO_END, EventKind.IO_EXPIRED) and e.io in started:
-                closed_at.setdefault(e.io, e.seq)
-                if e.kind is EventKind.IO_EXPIRED:
-                    since = e.t - started[e.io].t
-                    if since <= bound:
-                        yield Violation("L4", f"a load of {e.op} counted failed {since:.6g}s after it started, within its {bound:.6g}s bound", e)
-                    failed.update((e.op, e.pool, slot) for slot in e.slots)
-            elif e.kind is EventKind.VOTE:
-                now = step_at.get(e.step, e.t)
-                observed = e.seen if e.seen is not None else e.seq
-                for io, start in started.items():
-                    if start.op == e.op and start.seq < observed and closed_at.get(io, observed) >= observed and now - start.t > bound:
-                        yield Violation(
-                            "L4",
-                            f"load {io} of {e.op} ({start.pool}) started {now - start.t:.6g}s before this check, past its "
-                            f"{bound:.6g}s bound, yet it had neither ended nor been counted failed",
-                            e,
-                        )
-            elif e.kind is EventKind.INSERT:
-                for slot in e.slots:
-                    if (e.op, e.pool, slot) in failed:
-                        yield Violation("L4", f"inserted by {e.op} from a load that had been counted failed (past its bound)", e, slot)
-
-
 def check_fence_lock(ctx: CheckContext) -> Iterator[Violation]:
     """F1, F2, F5, F7, S1, S3, L4 where kept by a lock: each fenced section entered without the operation's lock (spec/fence_lock.py)."""
     for rank, trace in sorted(ctx.traces.items()):
@@ -625,8 +342,6 @@ def unfenced_violations(rank: int, unfenced: Iterable[UnfencedSection]) -> Itera
         yield Violation(entered.clause, f"rank {rank}: {entered.describe()}")
 
 
-def _fmt(calls: Sequence[tuple[str, str | None]]) -> str:
-    return "[" + ", ".join(f"{name}({op})" for name, op in calls) + "]"
 
 
 CHECKERS: dict[str, Checker] = {
