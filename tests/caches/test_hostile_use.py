@@ -286,6 +286,7 @@ HOSTILE = {
     "a 2-D tensor among the tokens": lambda cache, tokens: cache.match_prefix([*tokens[:3], torch.zeros(2, 2, dtype=torch.int64)]),
     "a slot outside the pool": lambda cache, tokens: cache.read_device(torch.tensor([10**6])),
     "float slots": lambda cache, tokens: cache.read_device(torch.zeros(50, 3)),
+    "a list as slots": lambda cache, tokens: cache.read_device([0, 1, 2]),
     "a tensor as a count": lambda cache, tokens: cache.evict(MATRIX),
     "a tensor as a node": lambda cache, tokens: cache.load_back(MATRIX),
     "a tensor as request ids": lambda cache, tokens: cache.check_prefetch_progress(MATRIX),

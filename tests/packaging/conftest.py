@@ -37,7 +37,7 @@ def _source_copy(target: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dists(tmp_path_factory) -> dict[str, Path]:
+def dists(tmp_path_factory) -> dict[str, Path | str]:
     source = _source_copy(tmp_path_factory.mktemp("source"))
     out = tmp_path_factory.mktemp("dist")
     built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out, source)
@@ -46,4 +46,4 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     assert sdist.returncode == 0, sdist.stdout + sdist.stderr
     (wheel,) = out.glob("*.whl")
     (archive,) = out.glob("*.tar.gz")
-    return {"wheel": wheel, "sdist": archive}
+    return {"wheel": wheel, "sdist": archive, "build_log": built.stdout + built.stderr + sdist.stdout + sdist.stderr}

@@ -68,3 +68,9 @@ def test_base_install_is_the_linter_and_nothing_heavy(dists, tmp_path):
     spec = run(python, "-m", "spec", "clause", "D3", cwd=elsewhere)
     assert spec.returncode == 0 and spec.stdout.startswith("D3."), spec.stdout + spec.stderr
     assert run(python, "-c", "import spec.doc as d; assert not d.is_stale()", cwd=elsewhere).returncode == 0, "SPEC.md must ship with the spec"
+
+
+def test_the_build_warns_of_nothing_deprecated(dists):
+    # A deprecated metadata form (the `project.license` table) is a warning today and an error in a later backend.
+    warned = [line for line in dists["build_log"].splitlines() if "deprecat" in line.lower()]
+    assert warned == [], "the build warns:\n" + "\n".join(warned)
