@@ -36,14 +36,16 @@ def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = Non
     fix: write fixes; diff: compute them as a unified diff and write nothing;
     skip_empty: skip empty files named explicitly instead of reporting them;
     fixability: mark each finding fixable or not (a re-lint of each planned fix).
-    A run given a directory that checks no method reports it (exit 2) unless allow_empty;
-    files named one by one (as pre-commit passes them) may hold none.
+    A run given a directory that checks no method, or a directory holding no Python file,
+    reports it (exit 2) unless allow_empty; files named one by one (as pre-commit passes
+    them) may hold none, but must be Python.
     """
     config = config or Config()
     linter = Linter(config, fix=fix, skip_empty=skip_empty, diff=diff, fixability=fixability, selection=selection)
     names = [str(p) for p in paths]
     start = next((Path(p) for p in names if Path(p).is_dir()), None)
-    candidates, errors = discover(names, ignores_for(config, start) if start is not None else None)
+    candidates, errors = discover(names, ignores_for(config, start) if start is not None else None,
+                                  allow_empty=allow_empty)
     linter.result.errors.extend(errors)
     for candidate in candidates:
         linter.lint_candidate(candidate)

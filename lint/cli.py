@@ -2,8 +2,8 @@
 
 Exit status: 0 clean (warnings and notes alone included, unless
 --fail-on-warnings), 1 error-level findings, 2 usage, configuration or input
-errors (a folder or --repo run that checks no method included, unless
---allow-empty).
+errors (a selection of no rule, a path that is not Python, and a folder or
+--repo run that checks no method included, the last unless --allow-empty).
 
 Only argparse loads at import: the linter (and libcst, for a file that holds
 a candidate method) loads once the arguments ask for a run.
@@ -33,6 +33,16 @@ def _codes(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _selected(value: str) -> list[str]:
+    """--select's codes: an empty list would run no rule yet report the files clean."""
+    codes = _codes(value)
+    if not codes:
+        from lint.selection import ACCEPTED
+
+        raise argparse.ArgumentTypeError(f"{value!r} selects no rule; accepted: at least one of {ACCEPTED}")
+    return codes
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hicache-lint",
@@ -49,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repo", action="store_true",
                         help="lint the configured implementations, or with none configured every candidate "
                              "method under the configuration's folder (for pass_filenames: false hooks)")
-    parser.add_argument("--select", type=_codes, metavar="CODES",
+    parser.add_argument("--select", type=_selected, metavar="CODES",
                         help="comma-separated rule codes, prefixes or names to check (replaces the configuration's)")
     parser.add_argument("--extend-select", type=_codes, default=[], metavar="CODES",
                         help="rules to check in addition to the selected ones")
@@ -69,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="warnings (HC107) fail the run too (config: fail-on-warnings = true)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="text and github formats: error-level findings only, no fix notes, no summary")
-    parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
+    parser.add_argument("--list-rules", action="store_true",
+                        help="print the rules and exit (with --format json: a JSON list)")
     return parser
 
 
@@ -110,9 +121,17 @@ def _failing_codes(result: "Result") -> set[str]:
     return {rule.code for rule in ALL_RULES if rule.level in levels}
 
 
-def _list_rules() -> int:
+def _list_rules(fmt: str) -> int:
     from lint.rules import ALL_RULES
 
+    if fmt == "json":
+        import json
+
+        rules = [{"code": r.code, "name": r.name, "level": r.level, "summary": r.summary, "fixable": r.fixable,
+                  "suppressible": r.suppressible, "clauses": list(r.clauses), "help": r.help()}
+                 for r in ALL_RULES]
+        print(json.dumps(rules, indent=2))
+        return 0
     for rule in ALL_RULES:
         print(f"{rule.code} {rule.name} [{rule.level}{', fixable' if rule.fixable else ''}]: {rule.summary}")
     return 0
@@ -122,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_rules:
-        return _list_rules()
+        return _list_rules(args.format)
     if args.repo and args.paths:
         parser.error("--repo lints the configured implementations; do not also pass paths")
     if not args.repo and not args.paths:

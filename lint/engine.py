@@ -16,6 +16,7 @@ from lint import baseline, guard_owed, suppress
 from lint.config import Config
 from lint.config_search import repo_root
 from lint.findings import FileError, Finding
+from lint.flag_names import DefinitionSearch
 from lint.ignore import Ignores
 from lint.locate import MethodSite
 from lint.pools import ClassPools, Evidence, FlagSearch, flag_evidence
@@ -23,8 +24,8 @@ from lint.protocol import DONE
 from lint.result import Result
 from lint.rules import ALL_RULES, GroupRule, MethodRule
 from lint.selection import Selection, selection as select_rules
-from lint.source import Candidate, SourceFile, count_lines, discover, display_path, explicit_problem, load, \
-    passes_prefilter, read
+from lint.source import NOT_PYTHON, Candidate, SourceFile, count_lines, discover, display_path, explicit_problem, \
+    load, named_python, passes_prefilter, read
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -79,9 +80,12 @@ class Linter:
         self.method_names = frozenset(names)
         self.needles = [n.encode() for n in sorted(names)]
         self.seen: list[Path] = []  # every file read, for fix evidence beyond the linted methods
+        self.read_paths: list[Path] = []  # every file read, searched for a flag-like name HC101 names
         self.class_pools = ClassPools(config.pool_fields, display_path)
         self.flag_seen: list[Evidence] = []  # where the run's own files hold the completion flag
         self.flags = FlagSearch(self.flag_seen, [self.configured_files, self.tree_files], display_path)
+        self.names = DefinitionSearch([lambda: self.read_paths, self.configured_files, self.tree_files],
+                                      display_path)
         self.tree_start: Optional[Path] = None  # the first path linted: where the project tree is found
         self.baseline: Optional[Path] = config.baseline  # findings it holds are left out (lint/baseline.py)
 
@@ -145,6 +149,7 @@ class Linter:
             return None
         self.result.files_seen += 1
         self.result.lines_seen += count_lines(data)
+        self.read_paths.append(candidate.path)
         if self.fix:
             self.seen.append(candidate.path)
         if self.tree_start is None:
@@ -159,6 +164,8 @@ class Linter:
             if self.skip_empty and not data.strip():
                 return  # a hook passing every staged file: an empty one holds no method
             problem = explicit_problem(data, candidate.display)
+            if problem is None and not named_python(candidate.path, data):
+                problem = FileError(candidate.display, NOT_PYTHON)  # a README named by mistake, say
             if problem is not None:
                 self.result.errors.append(problem)
                 return
@@ -190,7 +197,7 @@ class Linter:
     # ---------------------------------------------------------------- finish
     def owed(self, method: "MethodAnalysis") -> list[Finding]:
         """The method's findings, HC101-HC103 kept only where a guard is owed."""
-        return guard_owed.owed(method_rules(method, self.selection), method, self.flags)
+        return guard_owed.owed(method_rules(method, self.selection), method, self.flags, self.names)
 
     def live(self, method: "MethodAnalysis", analysis: "FileAnalysis") -> list[Finding]:
         """This method's own findings that survive its suppression comments."""

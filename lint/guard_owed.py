@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from lint.findings import Finding
+from lint.flag_names import DefinitionSearch
 from lint.pools import Evidence, FlagSearch
 from lint.protocol import DONE
 from lint.rules.pools_unseen import PoolsUnseen
@@ -32,7 +33,19 @@ def _note(method: "MethodAnalysis", pools: Optional[Evidence], flag: Optional[Ev
         f"pool-transfer guard is not checked until both exist")
 
 
-def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch) -> list[Finding]:
+def _lookalikes(method: "MethodAnalysis", names: DefinitionSearch) -> str:
+    """Where each flag-like name HC101 reads is defined, if anywhere searched."""
+    parts = []
+    for name, _ in method.lookalikes:
+        found = names.find(name, method.path, method.lines)
+        parts.append(found.describe() if found is not None else
+                     f"nothing in the linted files, the configured implementations or the project tree "
+                     f"defines '{name}'")
+    return "".join(f"; {part}" for part in parts)
+
+
+def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch,
+         names: Optional[DefinitionSearch] = None) -> list[Finding]:
     """`findings` with HC101-HC103 kept (and their evidence named) only where a guard is owed."""
     gated = [f for f in findings if f.code in OWED_CODES]
     if not gated:
@@ -42,7 +55,8 @@ def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch) -
     flag = flags.find() if pools is not None else None
     if pools is not None and flag is not None:
         evidence = f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}"
-        return kept + [replace(f, evidence=evidence) for f in gated]
+        also = _lookalikes(method, names) if names is not None and method.lookalikes else ""
+        return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
     if method.implementation is not None and method.implementation.extra_pools:
         kept.append(_note(method, pools, flag if pools is not None else flags.find()))
     return kept

@@ -24,8 +24,8 @@ def version() -> str:
 
 
 def write_text(result: Result, out: TextIO) -> None:
-    for finding in result.findings:
-        out.write(f"{finding}\n")
+    for f in result.findings:  # the level in brackets, as --list-rules shows it
+        out.write(f"{f.path}:{f.line}:{f.col}: {f.code} [{level_of(f.code)}] {f.text}\n")
 
 
 def json_document(result: Result) -> dict:

@@ -15,6 +15,12 @@ from lint.findings import FileError
 from lint.ignore import Ignores
 
 SKIP_DIRS = {"__pycache__", "node_modules"}
+# named as Python source (pre-commit's `types: [python]` passes .py, .pyw and python `#!` scripts)
+PYTHON_SUFFIXES = (".py", ".pyw", ".pyi")
+NO_PYTHON_FILE = ("no Python file in this directory (excluded and git-ignored ones left out); "
+                  "expected a directory holding *.py files, or pass --allow-empty")
+NOT_PYTHON = ("not a Python file; expected a .py file (or *.py.txt), a script whose #! line names python, "
+              "or a directory")
 
 
 @dataclass(frozen=True)
@@ -80,9 +86,11 @@ def _walk(folder: Path, ignores: Optional[Ignores], found: list[Candidate], erro
                 found.append(Candidate(full, display_path(full), False))
 
 
-def discover(paths: Iterable[str], ignores: Optional[Ignores] = None) -> tuple[list[Candidate], list[FileError]]:
+def discover(paths: Iterable[str], ignores: Optional[Ignores] = None,
+             allow_empty: bool = True) -> tuple[list[Candidate], list[FileError]]:
     """Expand paths: files as given (never excluded, as ruff), directories recursed for
-    *.py without what `ignores` leaves out (links not followed into folders)."""
+    *.py without what `ignores` leaves out (links not followed into folders).
+    allow_empty=False: a directory that holds no Python file to lint is an error."""
     found: list[Candidate] = []
     errors: list[FileError] = []
     for raw in paths:
@@ -91,7 +99,10 @@ def discover(paths: Iterable[str], ignores: Optional[Ignores] = None) -> tuple[l
         if problem is not None:
             errors.append(FileError(display_path(path), problem))
         elif path.is_dir():
+            before = len(found), len(errors)
             _walk(path, ignores, found, errors)
+            if not allow_empty and (len(found), len(errors)) == before:
+                errors.append(FileError(display_path(path), NO_PYTHON_FILE))
         elif path.is_file():
             found.append(Candidate(path, display_path(path), True))
         elif path.exists():
@@ -164,6 +175,14 @@ def count_lines(data: bytes) -> int:
 def encode(text: str, bom: bool, encoding: str) -> bytes:
     data = text.encode(encoding)
     return b"\xef\xbb\xbf" + data if bom else data
+
+
+def named_python(path: Path, data: bytes) -> bool:
+    """Python source by its name (`*.py`, or Python kept as `*.py.txt`) or its `#!` line."""
+    if path.suffix in PYTHON_SUFFIXES or ".py" in path.suffixes:
+        return True
+    first = data[:256].split(b"\n", 1)[0]
+    return first.startswith(b"#!") and b"python" in first
 
 
 def explicit_problem(data: bytes, display: str) -> Optional[FileError]:

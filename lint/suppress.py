@@ -7,9 +7,11 @@ The comment goes on the def line or in the comment/decorator lines directly
 above it. A reason is required; a suppression that silences nothing is
 reported (HC105); a malformed one is reported (HC106) and silences nothing.
 
-`# noqa: HC101` (ruff's and flake8's spelling, codes required) silences
-those codes on its own line, the line a finding is reported at; other tools'
-codes beside ours are left alone, and a bare `# noqa` silences none of ours.
+`# noqa: HC101 reason: <why>` (ruff's and flake8's spelling, codes required)
+silences those codes on its own line, the line a finding is reported at; as
+above, a reason is required: without one it is reported (HC106) and silences
+nothing. Other tools' codes beside ours are left alone, and a bare `# noqa`
+silences none of ours.
 """
 
 from __future__ import annotations
@@ -108,14 +110,30 @@ def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list
     return [f for f in kept if enabled(f.code, f.path)]
 
 
-def noqa_codes(line: str) -> Optional[tuple[int, list[str]]]:
-    """(column, our codes) of a `# noqa: ...` comment on the line."""
+@dataclass(frozen=True)
+class Noqa:
+    col: int
+    codes: tuple[str, ...]  # ours only
+    reason: str  # "" when none is given
+
+
+def noqa_codes(line: str) -> Optional[Noqa]:
+    """The `# noqa: CODES [reason: <why>]` comment on the line, if any."""
     hash_at = line.find("#")
     match = NOQA.search(line, hash_at) if hash_at >= 0 else None
     if match is None:
         return None
     codes = [c.strip().upper() for c in match["codes"].split(",")]
-    return match.start() + 1, [c for c in codes if OURS.match(c)]
+    reason = REASON.match(line[match.end():].strip())
+    return Noqa(match.start() + 1, tuple(c for c in codes if OURS.match(c)),
+                reason["reason"].strip() if reason else "")
+
+
+def _no_reason(codes: list[str]) -> str:
+    """HC106 for a reasonless noqa: ours demand a reason, as `ignore[...]` does."""
+    listed = ", ".join(codes)
+    return (f"noqa for {listed} gives no reason, so it silences nothing; add 'reason: <why>' after "
+            f"its codes: '# noqa: {listed} reason: <why>'")
 
 
 def _apply_noqa(findings: list[Finding], methods: list[tuple[str, MethodSite, list[str]]],
@@ -126,7 +144,8 @@ def _apply_noqa(findings: list[Finding], methods: list[tuple[str, MethodSite, li
     for finding in findings:
         lines = lines_of.get(finding.path, [])
         found = noqa_codes(lines[finding.line - 1]) if 0 < finding.line <= len(lines) else None
-        if found is not None and finding.code in found[1] and finding.code in SUPPRESSIBLE_CODES:
+        if (found is not None and found.reason and finding.code in found.codes
+                and finding.code in SUPPRESSIBLE_CODES):
             used.add((finding.path, finding.line, finding.code))
         else:
             kept.append(finding)
@@ -137,13 +156,17 @@ def _apply_noqa(findings: list[Finding], methods: list[tuple[str, MethodSite, li
             if found is None or (path, number) in seen:
                 continue
             seen.add((path, number))
-            col, codes = found
+            col, codes = found.col, found.codes
+            suppressible = [c for c in codes if c in SUPPRESSIBLE_CODES]
+            if suppressible and not found.reason:
+                kept.append(Finding(path, number, col, "HC106", _no_reason(suppressible),
+                                    site.qualname, site.def_line))
             for code in codes:
                 if code not in SUPPRESSIBLE_CODES:
                     kept.append(Finding(path, number, col, "HC106",
                                         f"cannot suppress {code!r} with noqa; suppressible codes: "
                                         f"{', '.join(SUPPRESSIBLE_CODES)}", site.qualname, site.def_line))
-                elif (path, number, code) not in used and enabled(code, path):
+                elif found.reason and (path, number, code) not in used and enabled(code, path):
                     kept.append(Finding(path, number, col, "HC105",
                                         f"unused noqa: no {code} finding on this line to silence",
                                         site.qualname, site.def_line))

@@ -8,6 +8,7 @@ outputs (see each module's docstring):
     reduce  (the cross-rank collective)            -> ReduceSite
     roles   (vote, completion predicates)          -> Roles
     guard   (guards and their placement problems)  -> list[Guard]
+    lookalikes (reads named like the done flag)    -> (name, line) pairs
     shape   (policies, combine, timeout cap)       -> features
 
 Rules read the result; they never look at raw syntax themselves.
@@ -23,6 +24,7 @@ from lint.analysis import shape
 from lint.analysis.body import Body, StmtRec, walk_body
 from lint.analysis.commit import CommitPath
 from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks
+from lint.analysis.lookalikes import find_lookalikes
 from lint.analysis.reduce import ReduceSite, find_reduce, parse_reduce_calls
 from lint.analysis.roles import Roles
 from lint.analysis.shape import Feature
@@ -55,6 +57,8 @@ class MethodAnalysis:
     inert_checks: list[int]  # lines of done checks that force nothing to no
     policies: dict[str, int]
     features: dict[str, Feature]
+    # (name, line) of reads named like the done flag that are not it (`pool_transfers_finished`)
+    lookalikes: tuple[tuple[str, int], ...] = ()
     # the configured implementation this method is, set by the linter
     implementation: Optional[Implementation] = None
     # its commit path, when the configuration puts the check there
@@ -139,4 +143,4 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
     return MethodAnalysis(parsed, parsed.site, def_line, path, lines or [],
                           roles_pass.skip_reason(func, parsed.site.method),
                           body, roles, reduce, guards, guard, find_inert_checks(body, roles, guards),
-                          policies, feats)
+                          policies, feats, find_lookalikes(parsed, body))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
+from lint.protocol import DONE
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule, fenced, with_pools
 
 if TYPE_CHECKING:
@@ -184,6 +185,15 @@ class Cache:
             self.log.warning("extra pools still loading for %s", op.request_id)
         return completed
 ''' + POOLED_TAIL, line=3, message="line 5 forces nothing to no"),
+        # a name like the flag's is not the flag: the finding says what it reads instead
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):
+        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        if completed and op.pool_transfers and not op.pool_transfers_finished:
+            completed = False
+        return completed
+''' + POOLED_TAIL, line=3, message="it reads 'pool_transfers_finished' (line 5), not 'pool_transfers_done'"),
     )
 
     def check(self, method: "MethodAnalysis") -> Iterable[Finding]:
@@ -199,5 +209,8 @@ class Cache:
                     f"forces nothing to no, so the vote can be 'yes'")
         else:
             what = f"{method.qualname} has no pool_transfers_done guard: the vote can be 'yes'"
+            if method.lookalikes:  # why a check there is not seen as the guard
+                reads = " and ".join(f"'{name}' (line {line})" for name, line in method.lookalikes)
+                note += f"; it reads {reads}, not '{DONE}'"
         yield self.finding(method, method.def_line, method.def_col,
                            f"{what} while extra-pool transfers are still running{note}")

@@ -33,6 +33,10 @@ class ReadOnlyCache:
 class ReadOnlyCache:
     def can_terminate_prefetch(self, op):  # hicache-lint: ignore[HC101] reason: pool reads are synchronous here
 ''' + _UNGUARDED_BODY,
+        '''
+class ReadOnlyCache:
+    def can_terminate_prefetch(self, op):  # noqa: HC101 reason: pool reads are synchronous here
+''' + _UNGUARDED_BODY,
     )
     INVALID = (
         Invalid('''
@@ -44,8 +48,8 @@ class Cache:
 
 
 class InvalidSuppression(SuppressionRule):
-    """Every suppression must name the codes it silences and say why; one
-    that does not is reported and silences nothing."""
+    """Every suppression, `# noqa: HC...` included, must name the codes it
+    silences and say why; one that does not is reported and silences nothing."""
 
     code = "HC106"
     name = "invalid-suppression"
@@ -67,4 +71,9 @@ class Cache:
     # hicache-lint: ignore reason: everything
     def can_terminate_prefetch(self, op):
 ''' + _UNGUARDED_BODY, line=3, message="must name the codes"),
+        # noqa too needs a reason; without one the HC101 finding stands
+        Invalid('''
+class Cache:
+    def can_terminate_prefetch(self, op):  # noqa: HC101
+''' + _UNGUARDED_BODY, line=3, message="noqa for HC101 gives no reason"),
     )

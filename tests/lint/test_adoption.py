@@ -93,15 +93,26 @@ def test_default_excludes_and_gitignore_are_honoured_in_directory_runs(tmp_path,
                                                                                 "src/generated/cache.py"]
 
 
-def test_noqa_with_our_codes_silences_that_line(tmp_path, run_cli):
+def test_noqa_with_our_codes_and_a_reason_silences_that_line(tmp_path, run_cli):
     for name, noqa, expected in (
-            ("ours.py", "  # noqa: HC101", []),
-            ("mixed.py", "  # noqa: E501, HC101", []),
+            ("ours.py", "  # noqa: HC101 reason: a test double, its pool reads are synchronous", []),
+            ("mixed.py", "  # noqa: E501, HC101 reason: a test double", []),
             ("bare.py", "  # noqa", ["HC101"]),  # a blanket noqa from another tool silences none of ours
-            ("other.py", "  # noqa: HC104", ["HC101", "HC105"]),  # nothing to silence: unused
+            ("other.py", "  # noqa: HC104 reason: stale", ["HC101", "HC105"]),  # nothing to silence: unused
             ("unknown.py", "  # noqa: HC105", ["HC101", "HC106"])):  # not suppressible
         (tmp_path / name).write_text(UNGUARDED.format(noqa=noqa))
         assert sorted(codes(run_cli(name, cwd=tmp_path))) == expected, name
+
+
+@pytest.mark.parametrize("noqa", ["  # noqa: HC101", "  # noqa: E501, HC101", "  # noqa: HC101 reason:"])
+def test_noqa_without_a_reason_silences_nothing_and_says_so(tmp_path, run_cli, noqa):
+    (tmp_path / "cache.py").write_text(UNGUARDED.format(noqa=noqa))
+    proc = run_cli("cache.py", cwd=tmp_path)
+    assert proc.returncode == 1 and codes(proc) == ["HC101", "HC106"]
+    assert proc.stdout.splitlines()[1] == (
+        f"cache.py:2:{UNGUARDED.format(noqa=noqa).splitlines()[1].index('#') + 1}: HC106 [error] noqa for HC101 "
+        "gives no reason, so it silences nothing; add 'reason: <why>' after its codes: "
+        "'# noqa: HC101 reason: <why>'")
 
 
 def test_select_ignore_and_per_file_ignores(tmp_path, run_cli):
@@ -133,8 +144,8 @@ def test_a_run_that_checks_nothing_says_so(tmp_path, run_cli):
     proc = run_cli("docs", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.errors.splitlines() == [
-        "docs: error: no method named _can_terminate_prefetch, can_terminate_prefetch found in 0 Python files; "
-        "check the path and [tool.hicache-lint] methods, or pass --allow-empty"]
+"docs: error: no Python file in this directory (excluded and git-ignored ones left out); "
+        "expected a directory holding *.py files, or pass --allow-empty"]
     assert run_cli("docs", "--allow-empty", cwd=tmp_path).returncode == 0
     # files named one by one, as pre-commit passes them, may hold no candidate: quiet
     (tmp_path / "util.py").write_text("def f():\n    return 1\n")

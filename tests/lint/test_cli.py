@@ -13,18 +13,10 @@ from lint.api import lint_paths
 from lint.cli import main
 from lint.config import Config
 
+from guardless_sample import GUARDLESS
+
 REPO = Path(__file__).resolve().parents[2]
 
-GUARDLESS = (
-    "class Cache:\n"
-    "    def can_terminate_prefetch(self, op):\n"
-    "        completed = op.completed_tokens == len(op.hash_value) * self.page_size\n"
-    "        return completed\n"
-    "\n"
-    "    def start_prefetch(self, op, transfers):  # extra pools, and their completion flag: a guard is owed\n"
-    "        op.pool_transfers = transfers\n"
-    "        op.pool_transfers_done = not transfers\n"
-)
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def test_exit_0_when_clean(tree, run_cli):
 def test_exit_1_with_findings(tree, run_cli):
     proc = run_cli("good.py", "bad.py", cwd=tree)
     assert proc.returncode == 1
-    assert proc.stdout.splitlines()[0].startswith("bad.py:2:5: HC101 Cache.can_terminate_prefetch has no")
+    assert proc.stdout.splitlines()[0].startswith("bad.py:2:5: HC101 [error] Cache.can_terminate_prefetch has no")
     assert proc.errors == ""
 
 
@@ -135,7 +127,7 @@ def test_console_script_entry_point_matches_python_m(tree, capsys, monkeypatch):
     monkeypatch.chdir(tree)
     assert main(["bad.py"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("bad.py:2:5: HC101 ")
+    assert out.startswith("bad.py:2:5: HC101 [error] ")
     assert (REPO / "lint" / "__main__.py").is_file()
     assert sys.modules["lint.cli"].main is main
 
@@ -233,7 +225,7 @@ def test_symlink_loops_and_dangling_links_are_one_line_each(tree, run_cli):
         "pkg/cycle.py: error: symbolic link loop; expected a file or directory",
         "pkg/dead.py: error: dangling symbolic link to 'nowhere.py'; expected a file or directory",
     ]
-    assert proc.stdout.startswith("pkg/impl.py:2:5: HC101 ")  # the rest is still linted
+    assert proc.stdout.startswith("pkg/impl.py:2:5: HC101 [error] ")  # the rest is still linted
 
 
 def test_sarif_is_written_despite_a_link_loop(tree, run_cli):

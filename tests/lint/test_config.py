@@ -236,7 +236,7 @@ def test_repo_mode_lints_the_configured_implementations(tmp_path, samples, run_c
     assert result.methods == 3
     proc = run_cli("--repo", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "caches/unified_radix.py:68:9: HC104 alignment drift in 'timeout-cap'" in proc.stdout
+    assert "caches/unified_radix.py:68:9: HC104 [error] alignment drift in 'timeout-cap'" in proc.stdout
 
 
 def test_repo_mode_missing_file_class_or_method_is_an_error(tmp_path, samples, run_cli):
@@ -266,8 +266,8 @@ def test_repo_mode_without_implementations_lints_the_project(tmp_path, samples, 
     proc = run_cli("--repo", cwd=tmp_path)
     assert proc.returncode == 2  # nothing to check: the configuration or the folder is wrong
     assert proc.errors.splitlines() == [
-        ".: error: no method named can_terminate_prefetch found in 0 Python files; check the path and "
-        "[tool.hicache-lint] methods, or pass --allow-empty"]
+".: error: no Python file in this directory (excluded and git-ignored ones left out); "
+        "expected a directory holding *.py files, or pass --allow-empty"]
     assert run_cli("--repo", "--allow-empty", cwd=tmp_path).returncode == 0
     (tmp_path / "pkg").mkdir()
     shutil.copy(samples / "upstream" / "hiradix_fixed.py.txt", tmp_path / "pkg" / "hiradix.py")

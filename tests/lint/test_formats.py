@@ -12,7 +12,7 @@ from lint.api import Result, lint_paths
 from lint.config import Config
 from lint.findings import FileError, Finding
 from lint.report import JSON_SCHEMA, WRITERS, version
-from lint.rules import ALL_RULES
+from lint.rules import ALL_RULES, RULES_BY_CODE
 from lint.sarif import FINGERPRINT, SPEC_URL, sarif_document
 
 NEEDS_JSONSCHEMA = "jsonschema is needed to validate the SARIF and JSON documents (a test dependency)"
@@ -34,11 +34,13 @@ def render(result: Result, fmt: str) -> str:
 def test_text_format(broken_result):
     lines = render(broken_result, "text").splitlines()
     assert len(lines) == len(broken_result.findings)
-    pattern = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>HC10\d) (?P<msg>.+)$")
+    pattern = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>HC10\d) "
+                         r"\[(?P<level>error|warning|info)\] (?P<msg>.+)$")
     for line, finding in zip(lines, broken_result.findings):
         match = pattern.match(line)
         assert match, line
-        assert (int(match["line"]), int(match["col"]), match["code"]) == (finding.line, finding.col, finding.code)
+        assert (int(match["line"]), int(match["col"]), match["code"], match["level"], match["msg"]) == (
+            finding.line, finding.col, finding.code, RULES_BY_CODE[finding.code].level, finding.text)
 
 
 def test_json_format(broken_result):

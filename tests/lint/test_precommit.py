@@ -19,7 +19,7 @@ def test_published_hooks():
     assert set(hooks) == {"hicache-lint-repo", "hicache-lint"}
     repo_wide = hooks["hicache-lint-repo"]
     assert repo_wide["entry"] == "hicache-lint --repo"
-    assert repo_wide["pass_filenames"] is False and repo_wide["always_run"] is True
+    assert repo_wide["pass_filenames"] is False and repo_wide.get("always_run", False) is False
     # a passing hook still shows its warnings and summary: pre-commit prints output only when verbose
     assert repo_wide["verbose"] is True and hooks["hicache-lint"]["verbose"] is True
     per_file = hooks["hicache-lint"]
@@ -36,6 +36,27 @@ def test_this_repositorys_config_runs_the_repo_wide_hook():
     assert hook["entry"] == "python -m lint --repo"
     assert hook["pass_filenames"] is False and hook["always_run"] is True
     assert "caches/" in hook["files"]
+
+
+@pytest.mark.parametrize("staged, runs", [
+    (["README.md", "docs/caches.md", ".github/workflows/ci.yml"], set()),  # a docs-only commit skips both
+    (["README.md", "caches/hiradix.py"], {"hicache-lint-repo", "hicache-lint"}),
+    (["python/pyproject.toml"], {"hicache-lint-repo"}),  # the configuration changed: re-check the implementations
+])
+def test_the_hooks_run_only_for_python_files(tmp_path, monkeypatch, staged, runs):
+    """As pre-commit decides it: a hook runs when a staged file passes its filters, or when it always runs."""
+    from types import SimpleNamespace
+
+    clientlib = pytest.importorskip("pre_commit.clientlib", reason="pre-commit is not installed")
+    run = pytest.importorskip("pre_commit.commands.run")
+    monkeypatch.chdir(tmp_path)
+    for name in staged:
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_text("x = 1\n")
+    classifier = run.Classifier(staged)
+    running = {hook["id"] for hook in clientlib.load_manifest(str(REPO / ".pre-commit-hooks.yaml"))
+               if hook["always_run"] or list(classifier.filenames_for_hook(SimpleNamespace(**hook)))}
+    assert running == runs
 
 
 PRE_COMMIT = shutil.which("pre-commit", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
