@@ -49,7 +49,7 @@ def run(targets: Sequence[str], out: Path, python: str, extra: Sequence[str] = (
                    "--conformance-report", str(report), *extra]
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
         summary = (done.stdout.strip().splitlines() or [""])[-1]
-        if not (report.with_suffix(".json")).is_file():
+        if not report.with_name(report.name + ".json").is_file():  # PATH.json beside the prefix (labels hold dots: 0.5.23)
             failed += 1
             print(f"sweep: {target}: no report ({(done.stderr.strip().splitlines() or [summary])[-1]})")
         else:

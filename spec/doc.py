@@ -15,6 +15,7 @@ from spec.preconditions import PRECONDITIONS
 from spec.profiles import PROFILES
 from spec.verdicts import VERDICT_MEANINGS
 from spec.config import DEFAULT_TIMEOUT_BASE_S, DEFAULT_TIMEOUT_MAX_S, DEFAULT_TIMEOUT_PER_KI_TOKEN_S
+from spec.divergences import DIVERGENCES
 from spec.decision import EXAMPLE_HIT_PAGES, completion_level, pool_state
 from spec.fence_lock import FENCED_SECTIONS
 from spec.upstream import DEVIATION_CLAUSES, GuardShape, deviations
@@ -96,6 +97,19 @@ def render() -> str:
     for w in WINDOWS:
         add(f"| {w.id} | {w.title} | {w.upstream} | {', '.join(w.closed_by)} | {w.how} |")
     add("")
+    add("## Divergences by design\n")
+    add(
+        "Where an upstream design differs from the spec by intent (spec/divergences.py). The spec keeps its rule; "
+        "a failure that is exactly the documented design is judged a divergence, shown with both sides, never a "
+        "defect; anything else breaking the same clauses stays a defect. The recognizer is the state, never the target.\n"
+    )
+    for d in DIVERGENCES.values():
+        add(f"### {d.id}: {d.title}\n")
+        add(f"- Clauses: {', '.join(d.clauses)}")
+        add(f"- The spec: {d.spec_rule}")
+        add(f"- Upstream: {d.upstream_rule}")
+        add(f"- Upstream's code: {'; '.join(d.upstream_evidence)}")
+        add(f"- For the spec's side: {'; '.join(d.spec_evidence)}\n")
     add("## Where upstream's decision differs\n")
     add(
         "spec/upstream.py models the two shapes upstream's extra-pool guard has had. These are every "

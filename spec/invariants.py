@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Mapping
 
 from spec.config import TerminationConfig
 from spec.decision import VOTE_COLLECTIVE
+from spec.divergences import suffix
 from spec.errors import ConfigError
 from spec.profiles import Profile, profile as find_profile
 from spec.fence_lock import UnfencedSection
@@ -276,7 +277,8 @@ def check_decision(ctx: CheckContext) -> Iterator[Violation]:
     for trace in ctx.traces.values():
         for e in trace.events:
             if e.kind is EventKind.VOTE and e.state is not None and bool(e.value) != vote(e.state):
-                yield Violation(clause(e.state), f"voted {bool(e.value)} where the spec votes {vote(e.state)}", e)
+                yield Violation(clause(e.state), f"voted {bool(e.value)} where the spec votes {vote(e.state)}"
+                                                 + suffix(e.state, bool(e.value)), e)
 
 
 def check_x1(ctx: CheckContext) -> Iterator[Violation]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence
 
 from spec.config import Policy
+from spec.decision import DecisionState
+from spec.divergences import suffix
 from spec.groups import group_members
-from spec.profiles import TimerStart, kv_landed
+from spec.profiles import TimerStart, is_complete
 from spec.timeout import is_timed_out, timeout_budget
 from spec.trace import LOAD, Event, EventKind, Trace
 from spec.trace_checks import CheckContext, Violation, op_ended, terminates_by_step
@@ -140,18 +142,27 @@ def check_l2(ctx: CheckContext) -> Iterator[Violation]:
                 else:
                     start = infos[e.op].start
                 budget = timeout_budget(ctx.config, hit.get(e.op, 0))
-                if e.state is not None and not ctx.profile.cuts_landed_kv and kv_landed(e.state):
-                    continue  # landed KV waits for the drain's commit (A1); a read that never ends is L4's
+                if e.state is not None and not ctx.profile.votes_completion and is_complete(e.state):
+                    continue  # a done operation waits for the drain's commit (A1); a commit that never comes is L4's
                 if is_timed_out(start, e.t, budget):
                     past[(e.op, e.step)][rank] = e
                     if not e.value:
-                        yield Violation("L2", f"voted no {e.t - start:.6g}s after start, past its {budget:.6g}s budget", e)
+                        yield Violation("L2", f"voted no {e.t - start:.6g}s after start, past its {budget:.6g}s budget"
+                                              + _divergence(e.state), e)
     terminates = terminates_by_step(ctx)
     for (op, step), by_rank in past.items():
         if len(by_rank) == len(ctx.traces):
             for rank, vote in by_rank.items():
                 if rank not in terminates.get((op, step), {}):
-                    yield Violation("L2", f"every rank was past the deadline of {op} at step {step}, yet it was not terminated", vote)
+                    # One design on every rank (the landed-KV hold) is a divergence; anything else holding the wait is not.
+                    shared = {_divergence(v.state) for v in by_rank.values()}
+                    why = shared.pop() if len(shared) == 1 else ""
+                    yield Violation("L2", f"every rank was past the deadline of {op} at step {step}, yet it was not terminated{why}", vote)
+
+
+def _divergence(state: DecisionState | None) -> str:
+    """The divergence suffix of a no vote the harness judged past its deadline (whatever the cache's own timer said)."""
+    return suffix(replace(state, timed_out=True), False) if state is not None else ""
 
 
 def check_l3(ctx: CheckContext) -> Iterator[Violation]:

@@ -61,8 +61,8 @@ class Profile:
     collectives: Callable[[Policy], int]
     collectives_clause: str
     boundary_clause: str  # the clause of the deadline's exact boundary
-    # Whether the timeout cuts an operation whose KV has landed (the ACK drain waits for its commit instead).
-    cuts_landed_kv: bool = True
+    # Whether a complete operation's vote is yes (False: the ACK drain commits it and the vote stays no).
+    votes_completion: bool = True
 
     def counterpart(self, clause_id: str) -> str:
         """The clause that judges, under this profile, what clause_id (a vote-per-check decision clause) judges there.
@@ -93,13 +93,22 @@ def kv_landed(state: DecisionState) -> bool:
     return state.hit_pages > 0 and state.completed_tokens == state.hit_pages * state.page_size
 
 
+def pool_pending(state: DecisionState) -> bool:
+    return state.pool_transfers_present and not state.pool_transfers_done
+
+
+def is_complete(state: DecisionState) -> bool:
+    """KV landed and no pool transfer pending: the operation is done."""
+    return kv_landed(state) and not pool_pending(state)
+
+
 def ack_drain_vote(state: DecisionState) -> bool:
-    """A1: best_effort yes; wait_complete no (the drain commits); timeout: past the deadline and KV not landed."""
+    """A1: best_effort yes; wait_complete no (the drain commits); timeout: past the deadline, unless done (the drain commits it)."""
     if state.policy is Policy.BEST_EFFORT:
         return True
     if state.policy is Policy.WAIT_COMPLETE:
         return False
-    return state.timed_out and not kv_landed(state)
+    return state.timed_out and not is_complete(state)
 
 
 def _ack_drain_decisions(policy: Policy, votes: Sequence[bool], terminated: Sequence[bool]) -> tuple[bool, ...]:
@@ -154,11 +163,11 @@ ACK_DRAIN = Profile(
     id="ack_drain",
     title="ACK drain (SGLang 0.5.2x)",
     summary="the drain commits an operation at its final ACK (MIN-reduced across ranks by a sync thread); the check votes only "
-            "the timeout (never under wait_complete; under timeout past the deadline unless KV landed, MAX-reduced); "
+            "the timeout (never under wait_complete; under timeout past the deadline unless the operation is done, MAX-reduced); "
             "the deadline counts from the first check that found the operation unfinished",
     timer_start=TimerStart.FIRST_BLOCKED_CHECK,
     vote=ack_drain_vote, vote_clause=lambda state: "A1", decisions=_ack_drain_decisions, combine_clause="A2",
-    collectives=_ack_drain_collectives, collectives_clause="A2", boundary_clause="A3", cuts_landed_kv=False,
+    collectives=_ack_drain_collectives, collectives_clause="A2", boundary_clause="A3", votes_completion=False,
 )
 
 DRAIN_VOTE = Profile(

@@ -12,6 +12,8 @@ clause's kind (spec/kinds.py) and the profile the implementation declares
 - defect: a failed behavioural clause, or a failed mechanism clause of the
   implementation's own profile;
 - hardening: a failed hardening clause (stricter than the design must be);
+- divergence: it failed only where upstream's documented design differs from
+  the spec's by intent (spec/divergences.py): never counted as a defect;
 - unverified: its tests failed first on another clause, so this one was not
   reached;
 - not judged: every citing test assumed a precondition the deployment does
@@ -32,6 +34,7 @@ class Outcome(str, Enum):
     """A clause's outcome on one implementation and device, strongest first."""
 
     FAIL = "fail"
+    DIVERGE = "diverge"  # failed, and every failure naming it is a documented upstream design (spec/divergences.py)
     FAIL_OTHER = "fail-other"
     XFAIL = "xfail"
     PASS = "pass"
@@ -44,6 +47,7 @@ class Outcome(str, Enum):
 class Verdict(str, Enum):
     DEFECT = "defect"
     HARDENING = "hardening"
+    DIVERGENCE = "divergence"
     UNVERIFIED = "unverified"
     XFAIL = "xfail"
     PASS = "pass"
@@ -56,6 +60,8 @@ class Verdict(str, Enum):
 VERDICT_MEANINGS = {
     Verdict.DEFECT: "a behavioural clause (safety, liveness, agreement) or a mechanism clause of the declared profile failed: a bug report",
     Verdict.HARDENING: "a hardening clause failed: stricter than the design must be, a gap to close, not a defect",
+    Verdict.DIVERGENCE: "the implementation follows a documented upstream design where the spec differs by intent "
+                        "(spec/divergences.py): shown with both sides' evidence, not counted as a defect",
     Verdict.UNVERIFIED: "every test citing it that failed, failed first on another clause: this one was not reached",
     Verdict.XFAIL: "a test citing it failed as the implementation's expected-failure list says",
     Verdict.PASS: "every citing test that was judged passed",
@@ -80,6 +86,8 @@ def verdict(clause: Clause, profile_id: str, outcome: Outcome | str) -> Verdict:
         return Verdict.NOT_RUN if outcome is Outcome.NOT_RUN else Verdict.NOT_APPLICABLE
     if outcome is Outcome.FAIL:
         return Verdict.HARDENING if clause.kind is Kind.HARDENING else Verdict.DEFECT
+    if outcome is Outcome.DIVERGE:
+        return Verdict.DIVERGENCE
     if outcome is Outcome.FAIL_OTHER:
         return Verdict.UNVERIFIED
     return _SAME[outcome]

@@ -20,6 +20,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from spec.divergences import suffix as divergence_suffix
 from spec.config import Policy
 from spec.decision import DecisionState, pool_state
 from spec.profiles import VOTE_PROFILES, Profile
@@ -68,7 +69,7 @@ def decision_problems(label: str, op: str, by_rank: Mapping[int, CheckDecision],
             if d.state.policy is Policy.TIMEOUT and d.state.timed_out and not d.vote and want:
                 clause += "/L2"  # a rank past its deadline votes yes: L2's rule too
             problems.append(f"{clause}: at {label}, rank {rank} voted {'yes' if d.vote else 'no'} on {op} "
-                            f"where the spec votes {'yes' if want else 'no'} ({describe(d.state)})")
+                            f"where the spec votes {'yes' if want else 'no'} ({describe(d.state)})" + divergence_suffix(d.state, d.vote))
     if problems:
         return problems  # the decisions follow from that vote: not X1's failure too
     # The vote per check: untracked ranks join neutrally, contributing [vote yes, terminated] (X4); the ACK drain has no such part.

@@ -8,14 +8,16 @@ session that does not run the suite only sees its options. A session runs the
 suite (suite_requested) when
 
 - a conformance option is given (`--cache-impl`, `--sglang`, `--sglang-shim`,
-  `--sglang-live`, `--conformance-report`, `--expected-failures`), or
+  `--sglang-live`, `--conformance-report`, `--conformance-repro`,
+  `--expected-failures`, `--clause`), or
 - a collection argument is the conformance package, lies inside it or holds
   it (`pytest conformance/`, `pytest --pyargs conformance`, `pytest` in this
   repository, whose testpaths include it), or
 - `conformance.plugin.fixtures` is registered as a plugin (a project's own
   conformance tests: `pytest_plugins = ["conformance.plugin.fixtures"]`).
 
-Only then are the adapters loaded (a bad one is a one-line usage error), and
+Only then are the options checked and the adapters loaded (a bad value is a
+one-line usage error before collection: conformance/plugin/options.py), and
 the process that sees every report (the xdist controller, or the only
 process) records the matrix (conformance/plugin/recorder.py). The fixtures and the
 per-test hooks (parametrization over adapters and devices, the clause check)
@@ -36,7 +38,8 @@ DISTRIBUTION_NAME = "hicache-conformance"  # what pytest's header prints: `-p no
 FIXTURES_PLUGIN = "conformance.plugin.fixtures"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the conformance package
 # The options' dests: giving any of them asks for the suite.
-SUITE_OPTION_DESTS = ("cache_impl", "conformance_report", "conformance_repro", "sglang", "sglang_shim", "expected_failures", "sglang_live")
+SUITE_OPTION_DESTS = ("cache_impl", "conformance_report", "conformance_repro", "sglang", "sglang_shim", "expected_failures", "sglang_live",
+                      "clause")
 
 _HARNESS = pytest.StashKey[Any]()
 
@@ -46,9 +49,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cache-impl", action="append", default=[], metavar="MODULE:FACTORY",
                     help="run this adapter (repeatable) instead of the registered entry points")
     group.addoption("--conformance-report", default=None, metavar="PATH",
-                    help="write the conformance report as PATH.json, PATH.md and PATH.html")
+                    help="write the conformance report as PATH.json, PATH.md and PATH.html (PATH is a prefix, not a folder)")
     group.addoption("--conformance-repro", default=None, metavar="DIR",
-                    help="write into DIR one standalone script per defect entry that replays it (its smallest case) on the implementation")
+                    help="write into the folder DIR (created if missing) one standalone script per defect entry "
+                         "that replays it (its smallest case) on the implementation")
+    group.addoption("--clause", action="append", default=[], metavar="ID[,ID...]",
+                    help="run only the tests citing these spec clauses (repeatable); `-k D3` also selects by clause")
     group.addoption("--sglang", default=None, metavar="PATH",
                     help="also run SGLang's own decision code, read from the checkout at PATH (its root), as sglang:hiradix, sglang:unified_radix, sglang:hi_mamba_radix")
     group.addoption("--sglang-shim", default=None, metavar="MODULE:FACTORY",
@@ -119,6 +125,7 @@ def start_harness(config: pytest.Config) -> Any:
 
     from conformance.plugin import devices
     from conformance.plugin.harness import build_harness
+    from conformance.plugin.options import check_options
     from conformance.plugin.recorder import RECORDER_NAME, MatrixRecorder
 
     from conformance.bounds import time_scale
@@ -128,8 +135,7 @@ def start_harness(config: pytest.Config) -> Any:
         time_scale()  # a bad scale is a usage error now, not a surprise in the first wait
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if getattr(config, "workerinput", None) is None:
-        check_report_path(config.getoption("--conformance-report"))
+    check_options(config)
     started = time.time()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -139,25 +145,6 @@ def start_harness(config: pytest.Config) -> Any:
     if workerinput is None:
         config.pluginmanager.register(MatrixRecorder(harness, config, started=started), RECORDER_NAME)
     return harness
-
-
-def check_report_path(value: str | None) -> None:
-    """--conformance-report PATH must be writable before the first test runs, not after the last one."""
-    if value is None:
-        return
-    if not value.strip():
-        raise pytest.UsageError("invalid --conformance-report: '' (accepted: a path prefix; PATH.json, PATH.md and PATH.html are written)")
-    base = Path(value)
-    try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-        probe = base.with_name(base.name + ".json")
-        existed = probe.exists()
-        with open(probe, "a", encoding="utf-8"):
-            pass
-        if not existed:
-            probe.unlink()
-    except OSError as exc:
-        raise pytest.UsageError(f"invalid --conformance-report: {value!r} (accepted: a path whose folder can be created and written; {exc.strerror})") from None
 
 
 def harness_of(config: pytest.Config) -> Any:
@@ -176,8 +163,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return harness.header_lines(config) if harness is not None else []
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if active_harness(item.config) is not None:
+        from conformance.plugin.options import add_clause_keywords
+
+        add_clause_keywords(item)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     harness = active_harness(config)
     if harness is not None:
+        from conformance.plugin.options import keep_selected_clauses
+
+        keep_selected_clauses(config, items)
         harness.mark_items(config, items)
 

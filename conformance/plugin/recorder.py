@@ -6,6 +6,8 @@ conformance test, the exploration counts and the decision-table rows, and at
 the end of the session assembles the report (conformance/report/matrix.py for the
 matrix, conformance/plugin/identity.py for what was tested where), writes PATH.json,
 PATH.md and PATH.html with --conformance-report PATH, and prints the matrix.
+A run that stopped early (Ctrl-C, -x, --maxfail, collection errors) says so in
+`run.interrupted`: its verdicts cover only the tests that ran.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def clause_texts() -> dict:
             for cid, c in CATALOGUE.items()}
 
 
+def interruption_reason(error: BaseException) -> str:
+    """What stopped the run, in pytest's words: 'stopping after 1 failures', '2 errors during collection', or Ctrl-C."""
+    if type(error) is KeyboardInterrupt:  # pytest's own early stops subclass it, with a message
+        return "KeyboardInterrupt (Ctrl-C)"
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 class MatrixRecorder:
     def __init__(self, harness: Any, config: pytest.Config | None = None, *, report_path: str | None = None,
                  repro_dir: str | None = None, started: float | None = None) -> None:
@@ -61,6 +70,10 @@ class MatrixRecorder:
         self.data: dict | None = None
         self.written: tuple[Path, ...] = ()
         self._warming = False
+        self.interrupted: str | None = None  # why the run stopped early; None: it ran to its end
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.interrupted = interruption_reason(excinfo.value)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if self.config is not None and "torch" not in sys.modules and not self._warming:
@@ -132,7 +145,7 @@ class MatrixRecorder:
             "run": {"started": _iso(self.started), "finished": _iso(finished), "duration_s": round(finished - self.started, 3),
                     "pytest_args": list(invocation.args) if invocation else [],
                     "directory": str(invocation.dir) if invocation else None,
-                    "xdist_workers": self._workers()},
+                    "xdist_workers": self._workers(), "interrupted": self.interrupted},
             "target": describe_target(describe_devices()),
             "implementations": implementations,
             "defects": defects_of({"tests": results["tests"], "implementations": implementations}),
@@ -147,7 +160,9 @@ class MatrixRecorder:
         count = self.config.getoption("numprocesses", None)
         return count if isinstance(count, int) else None
 
-    def pytest_sessionfinish(self, session: Any) -> None:
+    def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
+        if self.interrupted is None and exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.interrupted = "interrupted"
         if not self.records and not self.harness.missing:
             return
         self.data = self.build()

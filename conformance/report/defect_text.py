@@ -1,11 +1,14 @@
-"""A defect entry in words, the same in the terminal, the Markdown and the HTML report."""
+"""A defect entry in words, the same in the terminal, the Markdown and the HTML report; and an early stop of the run."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Mapping, Sequence
 
-VERDICT_LETTER = {"defect": "D", "hardening": "H"}
-SECTIONS = (("defect", "Defects"), ("hardening", "Hardening not met"))
+# Left out of a rerun: it must not overwrite the run's report or scripts, and it selects its own clause.
+RERUN_DROPS = ("--conformance-report", "--conformance-repro", "--clause")
+VERDICT_LETTER = {"defect": "D", "hardening": "H", "divergence": "V"}
+SECTIONS = (("defect", "Defects"), ("hardening", "Hardening not met"), ("divergence", "Divergences by design (not defects)"))
 MAX_SENTENCE = 160
 
 
@@ -68,5 +71,40 @@ def terminal_line(entry: Mapping[str, Any]) -> str:
             + (f"; at {site}" if site else "") + f"]{repro}")
 
 
+def divergence_lines(entry: Mapping[str, Any]) -> list[str]:
+    """Both sides of a divergence entry, each with its evidence; nothing for a defect."""
+    d = entry.get("divergence")
+    if not d:
+        return []
+    return [f"divergence {d['id']}: {d['title']}",
+            f"upstream's design: {d['upstream_rule']} ({'; '.join(d['upstream_evidence'])})",
+            f"the spec's rule: {d['spec_rule']} ({'; '.join(d['spec_evidence'])})"]
+
+
 def test_names(entry: Mapping[str, Any]) -> Sequence[str]:
     return [t["nodeid"] for t in entry["tests"]]
+
+
+def rerun_command(entry: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+    """The run's own command, narrowed to the tests citing the entry's clause."""
+    args: list[str] = []
+    skip_value = False
+    for arg in data.get("run", {}).get("pytest_args", []):
+        if skip_value:
+            skip_value = False
+            continue
+        if arg.split("=", 1)[0] in RERUN_DROPS:
+            skip_value = "=" not in arg
+            continue
+        args.append(arg)
+    return "pytest " + shlex.join([*args, "--clause", entry["clause"]])
+
+
+def interruption(data: Mapping[str, Any]) -> str | None:
+    """The sentence an interrupted run's report opens with; None for a run that reached its end."""
+    why = data.get("run", {}).get("interrupted")
+    if not why:
+        return None
+    n = len(data.get("tests", []))
+    return (f"The run was interrupted ({why}): its verdicts cover only the {n} test{'s' if n != 1 else ''} that ran; "
+            "a pass, or no defect, says nothing of the tests it did not reach.")

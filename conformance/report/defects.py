@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.report.causes import causes_in, what_broke
 from spec.clauses import CATALOGUE
+from spec.divergences import DIVERGENCES, MARKER, Divergence
 from spec.kinds import Kind
 
 SHARED_SOURCES = ("--sglang-live", "--sglang")  # origins whose implementations are classes of one tree
@@ -52,7 +53,7 @@ def _failed(tests: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[str, Any]] = ()) -> tuple[list[dict], list[str]]:
-    """(defect entries, defects first, then hardening; the failed tests that name no clause)."""
+    """(defect entries, defects first, then hardening, then divergences; the failed tests that name no clause)."""
     groups: dict[tuple[str, str, str | None], list[tuple[Mapping[str, Any], dict]]] = {}
     unattributed: list[str] = []
     for test in sorted(_failed(tests), key=lambda t: t["nodeid"]):
@@ -61,15 +62,19 @@ def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[
         if not causes:
             unattributed.append(test["nodeid"])
         for cause in causes:
-            key = (origin_key(test["impl"], implementations), cause["clause"], cause.get("signature"))
+            divergence = _divergence_in(test, cause)
+            # One upstream design is one entry per tree, whatever signatures its failures show.
+            signature = f"divergence {divergence}" if divergence in DIVERGENCES else cause.get("signature")
+            key = (origin_key(test["impl"], implementations), cause["clause"], signature)
             groups.setdefault(key, []).append((test, cause))
     for (source, clause, sig) in [k for k in groups if k[2] is None]:
         evidenced = [k for k in groups if k[:2] == (source, clause) and k[2] is not None]
         if len(evidenced) == 1:
             groups[evidenced[0]] += groups.pop((source, clause, sig))
-    entries = [_entry(clause, members) for (_source, clause, _sig), members in groups.items()]
+    entries = [_entry(clause, members, _divergence_of(sig)) for (_source, clause, sig), members in groups.items()]
     order = {c: i for i, c in enumerate(CATALOGUE)}
-    entries.sort(key=lambda e: (e["verdict"] != "defect", order[e["clause"]], -len(e["tests"]), e["implementations"]))
+    rank = {"defect": 0, "hardening": 1, "divergence": 2}
+    entries.sort(key=lambda e: (rank[e["verdict"]], order[e["clause"]], -len(e["tests"]), e["implementations"]))
     _name(entries)
     return entries, unattributed
 
@@ -79,7 +84,29 @@ def _representative(members: Sequence[tuple[Mapping[str, Any], dict]]) -> dict:
     return min((cause for _t, cause in members), key=lambda c: (not c.get("excerpt"), not c.get("sites"), len(c.get("line", "")), c.get("line", "")))
 
 
-def _entry(clause: str, members: Sequence[tuple[Mapping[str, Any], dict]]) -> dict:
+def _divergence_in(test: Mapping[str, Any], cause: Mapping[str, Any]) -> str | None:
+    """The divergence a failure's cause is: its clause's, or, when every clause the test failed is that one divergence
+    (an L2 whose cause is the D5 vote behind it), the one its cause line marks."""
+    divergent = test.get("divergent_clauses") or {}
+    if cause["clause"] in divergent:
+        return divergent[cause["clause"]]
+    ids = set(divergent.values())
+    found = MARKER.search(cause.get("line", ""))
+    if found and ids == {found.group(1)} and set(divergent) == set(test.get("failed_clauses") or {}):
+        return found.group(1)
+    return None
+
+
+def _divergence_of(signature: str | None) -> Divergence | None:
+    return DIVERGENCES.get(signature.removeprefix("divergence ")) if signature and signature.startswith("divergence ") else None
+
+
+def divergence_json(d: Divergence) -> dict:
+    return {"id": d.id, "title": d.title, "spec_rule": d.spec_rule, "upstream_rule": d.upstream_rule,
+            "upstream_evidence": list(d.upstream_evidence), "spec_evidence": list(d.spec_evidence)}
+
+
+def _entry(clause: str, members: Sequence[tuple[Mapping[str, Any], dict]], divergence: Divergence | None = None) -> dict:
     c = CATALOGUE[clause]
     best = _representative(members)
     tests: dict[str, dict] = {}
@@ -96,8 +123,10 @@ def _entry(clause: str, members: Sequence[tuple[Mapping[str, Any], dict]]) -> di
         also += [a for a in cause.get("also") or [] if a not in also]
     impls = sorted({t["impl"] for t in tests.values()})
     return {
-        "id": clause, "clause": clause, "kind": c.kind.value, "title": c.title, "verdict": verdict_of(clause),
-        "implementations": impls, "sentence": sentence_of(best), "also": also, "signature": best.get("signature"),
+        "id": clause, "clause": clause, "kind": c.kind.value, "title": c.title,
+        "verdict": "divergence" if divergence else verdict_of(clause),
+        "divergence": divergence_json(divergence) if divergence else None,
+        "implementations": impls, "sentence": MARKER.sub("", sentence_of(best)).strip(), "also": also, "signature": best.get("signature"),
         "thread": best.get("thread"), "event": best.get("event"), "sites": sites, "excerpt": list(best.get("excerpt") or []),
         "tests": sorted(tests.values(), key=lambda t: t["nodeid"]), "schedules": schedules, "repro": None,
     }

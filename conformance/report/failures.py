@@ -17,8 +17,10 @@ import re
 from typing import Any, Iterable, Mapping
 
 from spec.clauses import CATALOGUE
+from spec.divergences import DIVERGENCES, MARKER
 
 PROP_FAILED = "conformance.failed_clauses"  # user property: JSON {clause: first message line naming it}
+PROP_DIVERGENT = "conformance.divergent_clauses"  # user property: JSON {clause: divergence id}, see divergent_clauses
 
 CLAUSE_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
 _MAX_LINE = 240
@@ -52,6 +54,18 @@ def named_clauses(message: str) -> dict[str, str]:
     return found
 
 
+def divergent_clauses(message: str) -> dict[str, str]:
+    """{clause: divergence id} for the clauses every line naming which marks one same divergence (spec/divergences.py)."""
+    seen: dict[str, set[str | None]] = {}
+    for line in message_lines(message):
+        found = MARKER.search(line)
+        for match in CLAUSE_LABEL.finditer(line):
+            for clause in match.group(1).split("/"):
+                if clause in CATALOGUE:
+                    seen.setdefault(clause, set()).add(found.group(1) if found and found.group(1) in DIVERGENCES else None)
+    return {clause: ids.pop() for clause, ids in seen.items() if len(ids) == 1 and None not in ids}
+
+
 def failure_properties(excinfo: Any) -> list[tuple[str, str]]:
     """The user property a failed phase's report carries: what its exception names (possibly nothing)."""
     if excinfo is None:
@@ -60,7 +74,7 @@ def failure_properties(excinfo: Any) -> list[tuple[str, str]]:
         message = str(excinfo.value)
     except Exception:  # a broken __str__ must not hide the failure
         message = ""
-    return [(PROP_FAILED, json.dumps(named_clauses(message)))]
+    return [(PROP_FAILED, json.dumps(named_clauses(message))), (PROP_DIVERGENT, json.dumps(divergent_clauses(message)))]
 
 
 def read_failed(user_properties: Iterable[Any]) -> dict[str, str] | None:
@@ -70,3 +84,12 @@ def read_failed(user_properties: Iterable[Any]) -> dict[str, str] | None:
             value = json.loads(pair[1])
             return dict(value) if isinstance(value, Mapping) else {}
     return None
+
+
+def read_divergent(user_properties: Iterable[Any]) -> dict[str, str]:
+    """{clause: divergence id} from a report's properties (empty when it carries none)."""
+    for pair in user_properties:
+        if len(pair) == 2 and pair[0] == PROP_DIVERGENT:
+            value = json.loads(pair[1])
+            return dict(value) if isinstance(value, Mapping) else {}
+    return {}

@@ -17,12 +17,12 @@ import shlex
 from html import escape
 from typing import Any, Mapping
 
-from conformance.report.defect_text import SECTIONS, count, entries, headline, impls, repro_words, where_lines
+from conformance.report.defect_text import SECTIONS, count, divergence_lines, entries, headline, impls, interruption, repro_words, rerun_command, where_lines
 from conformance.report.terminal import LETTERS, MEANINGS, decision_summary
 
-COLOURS = {"defect": "#d73a49", "hardening": "#f3b16b", "unverified": "#f0a3ab", "xfail": "#f9d77e", "pass": "#85d08a",
+COLOURS = {"defect": "#d73a49", "hardening": "#f3b16b", "divergence": "#8fb8f0", "unverified": "#f0a3ab", "xfail": "#f9d77e", "pass": "#85d08a",
            "not-applicable": "#eeeeee", "not-judged": "#c9d7e8", "not-run": "#e4e4e4", "uncovered": "#ffffff"}
-FAILED = ("defect", "hardening")
+FAILED = ("defect", "hardening", "divergence")
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0.8em 1em; color: #1b1f23; font-size: 14px; }
 h1 { font-size: 1.35em; margin: 0 0 0.2em; } h2 { font-size: 1.15em; margin: 1em 0 0.4em; } h3 { font-size: 1em; margin: 0.6em 0 0.3em; }
@@ -83,7 +83,8 @@ def _entry_of_cell(data: Mapping[str, Any]) -> dict[tuple[str, str], str]:
 def _summary(data: Mapping[str, Any]) -> str:
     suite, run = data["suite"], data["run"]
     found = {verdict: len(entries(data, verdict)) for verdict, _ in SECTIONS}
-    return (f'<p class="summary"><strong>{found["defect"]} defect(s)</strong>, {found["hardening"]} hardening gap(s) &middot; '
+    divergences = f', {found["divergence"]} divergence(s) by design' if found["divergence"] else ""
+    return (f'<p class="summary"><strong>{found["defect"]} defect(s)</strong>, {found["hardening"]} hardening gap(s){divergences} &middot; '
             f'{_e(", ".join(data["matrix"]) or "no implementation")} &middot; {_e(run["started"])} &middot; '
             f'{_e(suite["name"])} <code>{_e((suite["commit"] or "unknown")[:12])}</code> &middot; '
             f'<code>pytest {_e(shlex.join(run["pytest_args"]))}</code></p>')
@@ -144,17 +145,20 @@ def _index(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _card(entry: Mapping[str, Any]) -> list[str]:
+def _card(entry: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
     out = [f'<div class="card {_e(entry["verdict"])}" id="{_anchor(entry)}">',
            f'<h3>{_swatch(entry["verdict"])} <a href="#clause-{entry["clause"]}">{_e(headline(entry))}</a></h3>',
            f"<p>{_e(entry['sentence'])}</p>", f'<p class="muted">{_e(impls(entry))} &middot; {_e(count(entry))}'
            + (f" &middot; also breaks {_e(', '.join(entry['also']))}" if entry.get("also") else "") + "</p>"]
+    if entry.get("divergence"):
+        out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in divergence_lines(entry)) + "</ul>")
     lines = where_lines(entry)
     if lines:
         out.append("<p><em>Where:</em></p><ul>" + "".join(f"<li><code>{_e(line)}</code></li>" for line in lines) + "</ul>")
     words = repro_words(entry)
     if words is not None:
         out.append(f"<p><em>Reproduce:</em> {'<code>' + _e(words) + '</code>' if entry['repro'].get('path') else _e(words)}</p>")
+    out.append(f"<p><em>Rerun:</em> <code>{_e(rerun_command(entry, data))}</code></p>")
     if entry.get("excerpt"):
         out.append("<details><summary>trace around the first deviating event</summary>"
                    f'<pre class="trace">{_e(chr(10).join(entry["excerpt"]))}</pre></details>')
@@ -168,7 +172,7 @@ def _cards(data: Mapping[str, Any]) -> list[str]:
     for verdict, heading in SECTIONS:
         found = entries(data, verdict)
         if found:
-            out += [f"<h2>{_e(heading)} ({len(found)})</h2>"] + [line for entry in found for line in _card(entry)]
+            out += [f"<h2>{_e(heading)} ({len(found)})</h2>"] + [line for entry in found for line in _card(entry, data)]
     return out
 
 
@@ -271,7 +275,10 @@ def _details(data: Mapping[str, Any]) -> list[str]:
 def render_html(data: Mapping[str, Any]) -> str:
     banners = [f'<p class="banner"><strong>{_e(d["device"])} did not run here</strong> ({_e(d["reason"])}): its rows read '
                "<em>not run</em>, never pass.</p>" for d in data.get("devices_not_run", [])]
-    body = (["<h1>Conformance report</h1>", _summary(data)] + _matrix(data) + banners + _index(data) + _cards(data)
+    stopped = interruption(data)
+    # First on the page: a short run's matrix and its "0 defect(s)" would read as a verdict otherwise.
+    first = [f'<p class="banner"><strong>{_e(stopped)}</strong></p>'] if stopped else []
+    body = (["<h1>Conformance report</h1>", *first, _summary(data)] + _matrix(data) + banners + _index(data) + _cards(data)
             + _failed_otherwise(data) + _details(data))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Conformance report</title>"
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping
 
-from conformance.report.defect_text import SECTIONS, count, entries, headline, impls, repro_words, where_lines
+from conformance.report.defect_text import SECTIONS, count, divergence_lines, entries, headline, impls, interruption, repro_words, rerun_command, where_lines
 from conformance.report.terminal import LETTERS, MEANINGS, decision_summary
 
 
@@ -28,19 +28,23 @@ def compact_matrix(data: Mapping[str, Any], rows: list[tuple[str, str]] | None =
 def _summary(data: Mapping[str, Any]) -> str:
     suite, run = data["suite"], data["run"]
     found = {verdict: len(entries(data, verdict)) for verdict, _ in SECTIONS}
-    return (f"{found['defect']} defect(s) and {found['hardening']} hardening gap(s), from `pytest {shlex.join(run['pytest_args'])}` "
+    divergences = f", {found['divergence']} divergence(s) by design" if found["divergence"] else ""
+    return (f"{found['defect']} defect(s) and {found['hardening']} hardening gap(s){divergences}, from `pytest {shlex.join(run['pytest_args'])}` "
             f"({suite['name']} {suite['version'] or ''}, commit {(suite['commit'] or 'unknown')[:12]}, {run['started']}).")
 
 
-def entry_lines(entry: Mapping[str, Any]) -> list[str]:
-    """One defect entry: what goes wrong, where, how to reproduce, the trace, its tests (folded)."""
-    out = [f"### {headline(entry)}", "", f"- **what goes wrong:** {entry['sentence']}", f"- **implementations:** {impls(entry)} ({count(entry)})"]
+def entry_lines(entry: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+    """One defect entry: what goes wrong, where, how to reproduce and rerun, the trace, its tests (folded)."""
+    what = "what differs" if entry["verdict"] == "divergence" else "what goes wrong"
+    out = [f"### {headline(entry)}", "", f"- **{what}:** {entry['sentence']}", f"- **implementations:** {impls(entry)} ({count(entry)})"]
     if entry.get("also"):
         out.append(f"- **also breaks:** {', '.join(entry['also'])}")
+    out += [f"- {line}" for line in divergence_lines(entry)]
     out += [f"- **where:** `{line}`" for line in where_lines(entry)]
     words = repro_words(entry)
     if words is not None:
         out.append(f"- **reproduce:** `{words}`" if entry["repro"].get("path") else f"- **reproduce:** {words}")
+    out.append(f"- **rerun:** `{rerun_command(entry, data)}`")
     if entry.get("excerpt"):
         out += ["- **trace** (`>>` the first deviating event):", "", "  ```", *[f"  {line}" for line in entry["excerpt"]], "  ```"]
     out += ["", f"<details><summary>{count(entry)}</summary>", ""] + [f"- `{t['nodeid']}`" for t in entry["tests"]] + ["", "</details>", ""]
@@ -87,10 +91,12 @@ def _decision_tables(data: Mapping[str, Any]) -> list[str]:
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
-    out = ["# Conformance report", "", _summary(data), "", "## Matrix", ""] + compact_matrix(data) + [""]
+    stopped = interruption(data)
+    out = ["# Conformance report", "", *([f"**{stopped}**", ""] if stopped else []), _summary(data), "", "## Matrix", ""]
+    out += compact_matrix(data) + [""]
     for verdict, heading in SECTIONS:
         found = entries(data, verdict)
-        out += [f"## {heading}", ""] + ([line for entry in found for line in entry_lines(entry)] if found else ["None.", ""])
+        out += [f"## {heading}", ""] + ([line for entry in found for line in entry_lines(entry, data)] if found else ["None.", ""])
     out += _failed_otherwise(data) + _decision_tables(data)
     out += ["## Target", ""] + _identity_lines(data) + [""]
     if data.get("not_run"):

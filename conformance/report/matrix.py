@@ -29,8 +29,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from conformance.report import decision_rows
 from conformance.report.causes import read_causes
 from conformance.plugin.devices import ANY_DEVICE, CPU
-from conformance.report.failures import read_failed
+from conformance.report.failures import read_divergent, read_failed
 from spec.clauses import CATALOGUE
+from spec.divergences import DIVERGENCES
 from spec.verdicts import Outcome, verdict
 
 SCHEMA_VERSION = 2  # of the JSON report (conformance/report/schema.json)
@@ -45,7 +46,7 @@ INTERLEAVINGS_KEY = "conformance.interleavings"  # user property a systematic-ex
 
 # A clause's outcome per cell, strongest first (spec.verdicts.Outcome); test outcomes are fail, pass, xfail, skip.
 STATUSES = tuple(o.value for o in Outcome)
-_RAN = STATUSES[:6]  # up to skip: what a cell shows when some citing test ran or was judged out
+_RAN = STATUSES[:STATUSES.index(Outcome.SKIP.value) + 1]  # up to skip: what a cell shows when some citing test ran or was judged out
 
 
 def item_properties(impl: str, device: str, clauses: Sequence[str]) -> list[tuple[str, str]]:
@@ -92,6 +93,8 @@ class OutcomeRecord:
     outcome: str | None = None
     # {clause: first message line naming it} of the failing phases; empty: the failure named none
     failed_clauses: dict[str, str] = field(default_factory=dict)
+    # {clause: divergence id}: the failed clauses whose every failure is a documented upstream design (spec/divergences.py)
+    divergent: dict[str, str] = field(default_factory=dict)
     weak: str | None = None  # the reason of a weak test
     device_not_run: str | None = None  # why its device cannot run here
     skip_reason: str | None = None
@@ -116,7 +119,16 @@ class OutcomeRecord:
             if phase == "skip":
                 self.skip_reason = skip_reason(report)
         if phase == "fail":
-            for clause, line in (read_failed(report.user_properties) or {}).items():
+            named = read_failed(report.user_properties) or {}
+            divergent = read_divergent(report.user_properties)
+            for clause in named:
+                # Divergent only while every failing phase naming it was that one divergence.
+                first = clause not in self.failed_clauses
+                if divergent.get(clause) and (first or self.divergent.get(clause) == divergent[clause]):
+                    self.divergent[clause] = divergent[clause]
+                else:
+                    self.divergent.pop(clause, None)
+            for clause, line in named.items():
                 self.failed_clauses.setdefault(clause, line)
             self.causes += [c for c in read_causes(report.user_properties) or [] if c not in self.causes]
 
@@ -132,6 +144,7 @@ class OutcomeRecord:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
                 "pytest_outcome": self.pytest_outcome, "pytest_errors": self.pytest_errors,
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
+                "divergent_clauses": dict(self.divergent) if self.outcome == "fail" else None,
                 "causes": list(self.causes) if self.outcome == "fail" else None,
                 "weak": self.weak, "skip_reason": self.skip_reason if self.outcome == "skip" else None,
                 "judged_out": self.judged_out if self.outcome == "skip" else None}
@@ -151,7 +164,7 @@ def _clause_outcomes(record: OutcomeRecord) -> Iterable[tuple[str, str]]:
     if record.outcome != "fail":
         yield from ((clause, record.outcome) for clause in record.clauses)
         return
-    yield from ((clause, "fail") for clause in record.failed_clauses)
+    yield from ((clause, Outcome.DIVERGE.value if clause in record.divergent else "fail") for clause in record.failed_clauses)
     yield from ((clause, "fail-other") for clause in record.clauses if clause not in record.failed_clauses)
 
 
@@ -325,6 +338,9 @@ def cell_notes(records: Sequence[OutcomeRecord], matrix: Mapping[str, Any], decl
 
 
 def _cell_why(clause: str, cell: str, records: Sequence[OutcomeRecord], declared: Any) -> str | None:
+    if cell == "divergence":
+        ids = sorted({r.divergent[clause] for r in records if r.outcome == "fail" and clause in r.divergent})
+        return "; ".join(f"divergence {i}: {DIVERGENCES[i].title} (upstream's design; the spec differs by intent)" for i in ids) or None
     if cell in ("defect", "hardening"):
         lines = [r.failed_clauses[clause] for r in sorted(records, key=lambda r: r.nodeid) if r.outcome == "fail" and clause in r.failed_clauses]
         return lines[0] if lines else None

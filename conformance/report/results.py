@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from conformance.report.defect_text import divergence_lines, interruption
 from conformance.report.markdown import compact_matrix
 
 # The order a maintainer reads a row in: what to file, what to harden, what does not apply.
-SECTIONS = (("defect", "Defects"), ("hardening", "Hardening not met"), ("unverified", "Unverified"),
+SECTIONS = (("defect", "Defects"), ("hardening", "Hardening not met"), ("divergence", "Divergences by design (not defects)"), ("unverified", "Unverified"),
             ("not-applicable", "Not applicable"), ("not-judged", "Not judged"))
 
 
@@ -49,6 +50,9 @@ def render(data: Mapping[str, Any], title: str | None = None) -> str:
            f"- tests: {outcome_totals(data)}",
            f"- suite: {suite['name']} {suite.get('version') or ''}, commit {commit}",
            f"- run: {run['started']} ({run['duration_s']:.0f} s), torch {data['target']['torch']}, {data['target']['platform']}", ""]
+    stopped = interruption(data)
+    if stopped:
+        out += [f"**{stopped}**", ""]
     out += compact_matrix(data, [(impl, "cpu") for impl in impls]) + [""]
     for impl in impls:
         out += _implementation(data, impl)
@@ -78,7 +82,9 @@ def _implementation(data: Mapping[str, Any], impl: str) -> list[str]:
             note = notes.get(clause, {})
             kind = data["clauses"][clause]["kind"] if clause in data.get("clauses", {}) else note.get("kind", "")
             out.append(f"- **{clause}** {titles.get(clause, '')} ({kind}): {note.get('why', '')}".rstrip(": "))
-            if verdict in ("defect", "hardening"):
+            if verdict == "divergence":
+                out += [f"  - {line}" for line in _divergence_sides(data, impl, clause)]
+            if verdict in ("defect", "hardening", "divergence"):
                 tests = _tests_naming(data, impl, clause)
                 out.append(f"  - {len(tests)} test(s) name it: " + ", ".join(f"`{t}`" for t in tests[:4]) + (" ..." if len(tests) > 4 else ""))
         out.append("")
@@ -106,7 +112,18 @@ def verdict_summary(row: Mapping[str, str]) -> str:
     """The line a summary elsewhere (the README's figures) quotes: the clauses to file, then those to harden."""
     defects = [c for c, v in row.items() if v == "defect"]
     hardening = [c for c, v in row.items() if v == "hardening"]
-    return f"defects: {', '.join(defects) or 'none'}; hardening not met: {', '.join(hardening) or 'none'}"
+    divergences = [c for c, v in row.items() if v == "divergence"]
+    return (f"defects: {', '.join(defects) or 'none'}; hardening not met: {', '.join(hardening) or 'none'}"
+            + (f"; divergences by design: {', '.join(divergences)}" if divergences else ""))
+
+
+def _divergence_sides(data: Mapping[str, Any], impl: str, clause: str) -> list[str]:
+    """Both sides of each divergence the implementation's failures of `clause` are, from the report's entries."""
+    out: list[str] = []
+    for entry in (data.get("defects") or {}).get("entries", []):
+        if entry["verdict"] == "divergence" and entry["clause"] == clause and impl in entry["implementations"]:
+            out += [line for line in divergence_lines(entry)[1:] if line not in out]
+    return out
 
 
 def _tests_naming(data: Mapping[str, Any], impl: str, clause: str) -> list[str]:

@@ -9,13 +9,14 @@ import json
 from typing import Any, Callable, Mapping
 
 from conformance.report.decision_rows import describe_row
-from conformance.report.defect_text import SECTIONS, VERDICT_LETTER, entries, terminal_line
+from conformance.report.defect_text import SECTIONS, VERDICT_LETTER, entries, interruption, terminal_line
 
-LETTERS = {"defect": "D", "hardening": "H", "unverified": "f", "xfail": "x", "pass": "P", "not-applicable": "n",
+LETTERS = {"defect": "D", "hardening": "H", "divergence": "V", "unverified": "f", "xfail": "x", "pass": "P", "not-applicable": "n",
            "not-judged": "j", "not-run": "-", "uncovered": "."}
 MEANINGS = {
     "defect": "defect (a behavioural clause, or a mechanism of the declared profile, failed)",
     "hardening": "hardening not met (stricter than the design must be)",
+    "divergence": "divergence (upstream's documented design, where the spec differs by intent: not a defect)",
     "unverified": "unverified (its failing tests failed first on another clause)",
     "xfail": "expected failure",
     "pass": "pass (every citing test that was judged passed)",
@@ -25,7 +26,7 @@ MEANINGS = {
     "uncovered": "uncovered",
 }
 # Terminal markup per verdict (pytest's TerminalWriter applies it only where colour is on: a TTY, no NO_COLOR).
-MARKUP = {"defect": {"red": True, "bold": True}, "hardening": {"yellow": True}, "unverified": {"purple": True},
+MARKUP = {"defect": {"red": True, "bold": True}, "hardening": {"yellow": True}, "divergence": {"blue": True}, "unverified": {"purple": True},
           "xfail": {"yellow": True}, "pass": {"green": True}, "not-judged": {"cyan": True}}
 MAX_ROWS_SHOWN = 8
 
@@ -95,6 +96,11 @@ def _plain(text: str, **markup: bool) -> str:
 def render_terminal(data: Mapping[str, Any], colour: Colour | None = None) -> list[str]:
     """The matrix (one row per impl/device, one column per clause), then one line per defect entry, then the counts of the rest."""
     colour = colour or _plain
+    stopped = interruption(data)
+    return ([colour(stopped, yellow=True, bold=True)] if stopped else []) + _matrix_lines(data, colour)
+
+
+def _matrix_lines(data: Mapping[str, Any], colour: Colour) -> list[str]:
     matrix = data["matrix"]
     columns = _columns(matrix)
     if not columns:

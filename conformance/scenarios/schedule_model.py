@@ -34,6 +34,8 @@ from functools import lru_cache
 from typing import Any, Iterator, Sequence
 
 from spec.config import Policy
+from spec.decision import DecisionState
+from spec.divergences import suffix as divergence_suffix
 from spec.errors import ConfigError
 from spec.profiles import Profile, TimerStart, profile as find_profile
 
@@ -83,7 +85,7 @@ class ScheduleModel:
         self.io_order = io_order
         self.total = sum(self.groups)
         self.profile = find_profile(profile)
-        # Transfers released once every KV batch has: KV has landed (the ACK drain's timeout no longer cuts it).
+        # Transfers released once every KV batch has: KV has landed (what the landed-KV divergence holds for).
         self.kv_released = scenario.kv_batches * (1 if io_order == KV_THEN_EXTRAS else 1 + extra_pools)
         self._count = lru_cache(maxsize=None)(self._count_uncached)
 
@@ -103,10 +105,8 @@ class ScheduleModel:
         return _State(0, self.total, False, False, 0, 0, timed)
 
     def _times_out(self, s: _State) -> bool:
-        """Whether a check in state s ends the wait by the timeout."""
-        if self.policy is not Policy.TIMEOUT or s.timed <= 0:
-            return False
-        return self.profile.cuts_landed_kv or s.released < self.kv_released
+        """Whether a check in state s ends the wait by the timeout: every profile cuts what is pending past the deadline (A1, D5)."""
+        return self.policy is Policy.TIMEOUT and s.timed > 0
 
     def transitions(self, s: _State) -> list[tuple[str, _State]]:
         """The enabled actions in the explorer's order (io, check, tick, abort) and where each leads."""
@@ -179,7 +179,7 @@ class ScheduleModel:
             extra = [a for a in actions if a not in spec]
             missing = [a for a in spec if a not in actions]
             if extra or missing:
-                return self._explain(prefix, (extra or missing)[0], spec, offered_more=bool(extra))
+                return self._explain(prefix, (extra or missing)[0], spec, offered_more=bool(extra)) + self._divergence(prefix, bool(extra))
         return None
 
     def _explain(self, prefix: tuple[str, ...], action: str, spec: Sequence[str], *, offered_more: bool) -> str:
@@ -193,6 +193,22 @@ class ScheduleModel:
             what = ("the request was still unfinished where the spec's decision had ended it" if offered_more
                     else "the request had finished where the spec's decision keeps waiting")
         return f"{clause}: {where}, '{action}': {what} (the spec offers {list(spec)})"
+
+    def _divergence(self, prefix: Sequence[str], still_waiting: bool) -> str:
+        """The divergence suffix when the cache kept waiting past a check that, past the deadline, found KV landed and an extra pool pending."""
+        if not still_waiting or self.policy is not Policy.TIMEOUT:
+            return ""
+        s, at_check = self.start(), None
+        for action in prefix:
+            if action == "check":
+                at_check = s
+            s = dict(self.transitions(s))[action]
+        if at_check is None or at_check.timed <= 0:
+            return ""
+        state = DecisionState(policy=self.policy, page_size=1, hit_pages=1, completed_tokens=int(at_check.released >= self.kv_released),
+                              timed_out=True, pool_transfers_present=self.total > self.kv_released,
+                              pool_transfers_done=at_check.released >= self.total, terminated=False)
+        return divergence_suffix(state, False)
 
     def roots(self, depth: int) -> list[tuple[str, ...]]:
         """Every schedule prefix of `depth` actions (shorter where a schedule ends sooner), in exploration order."""

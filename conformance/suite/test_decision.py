@@ -18,6 +18,7 @@ from conformance.report import decision_rows
 from conformance.oracles.outcome import assert_no_violations
 from spec.config import Policy, TerminationConfig
 from spec.decision import DecisionState, combine, enumerate_states
+from spec.divergences import suffix as divergence_suffix
 from spec.profiles import Profile, TimerStart
 from spec.timeout import timeout_budget
 from spec.trace import EventKind
@@ -109,7 +110,8 @@ def test_every_decision_state(impl, make_cache, clock, trace, policy, request, p
                                               expected_decision=want, got_decision=got))
             if got != want:
                 wrong.append(f"{clause}: {describe(state)}, {where}: {impl.name} decided {'terminate' if got else 'wait'}, "
-                             f"its profile ({profile.id}) {'terminate' if want else 'wait'}")
+                             f"its profile ({profile.id}) {'terminate' if want else 'wait'}"
+                             + divergence_suffix(state, vote if vote is not None else got))
     # The report lists the rows that disagree, and which upstream shape disagrees in exactly those.
     request.node.user_properties.append(decision_rows.rows_property(policy, rows, profile.id))
     assert not wrong, f"{len(wrong)} decisions against the {profile.id} profile ({len(states)} states):\n" + "\n".join(wrong)

@@ -24,6 +24,8 @@ from spec.clauses import CATALOGUE
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
+# Test modules here import the shared helper modules beside them directly (tests are not a package).
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def test_a_wrong_vote_in_the_trace_causes_the_wait_that_did_not_end():
     trace.record(EventKind.STEP, step=1)
     trace.record(EventKind.VOTE, op="r1", step=1, value=False, state=state)  # the spec votes yes: timed out
     (cause,) = causes_in("L2: every rank was past the deadline, yet the check did not terminate the prefetch", [(trace, config, None)])
-    assert cause.clause == "D5" and cause.signature == "D5 vote: voted False where the spec votes True"
+    assert cause.clause == "D5" and cause.signature == "D5 vote: voted False where the spec votes True (divergence landed-kv-waits)"
     assert cause.excerpt[-1].startswith(">> #2 vote") and "test_defects.py" in cause.sites[0]
 
 

@@ -83,7 +83,7 @@ def test_the_loader_rejects_a_bad_io_order_in_one_line():
     assert "--cache-impl x:y io_order" in str(err.value) and "'concurrent'" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_ack_drain_counts_its_deadline_from_the_first_check_and_waits_for_landed_kv():
+def test_the_ack_drain_counts_its_deadline_from_the_first_check():
     scenario = SCENARIOS["timeout/2batches+tick"]
     vote, drain = ScheduleModel(scenario, 1, KV_THEN_EXTRAS), ScheduleModel(scenario, 1, KV_THEN_EXTRAS, "ack_drain")
 
@@ -94,9 +94,21 @@ def test_the_ack_drain_counts_its_deadline_from_the_first_check_and_waits_for_la
     assert finished(vote, ("tick", "check")) and not finished(drain, ("tick", "check"))
     # After the first check started the drain's timer, a tick ends the wait while KV is incomplete ...
     assert finished(drain, ("check", "tick", "check"))
-    # ... and not once KV has landed with the extra-pool transfer pending: the drain commits when it ends.
-    assert not finished(drain, ("io", "io", "check", "tick", "check")) and finished(vote, ("io", "io", "check", "tick", "check"))
+    # ... and once KV has landed with the extra-pool transfer pending too: the spec cuts it on every profile (A1, D5).
+    assert finished(drain, ("io", "io", "check", "tick", "check")) and finished(vote, ("io", "io", "check", "tick", "check"))
     assert expected_schedules(scenario, 1, KV_THEN_EXTRAS, profile="ack_drain") != expected_schedules(scenario, 1, KV_THEN_EXTRAS)
+
+
+def test_a_wait_held_past_the_deadline_for_a_pending_extra_pool_is_the_divergence_not_a_bare_defect():
+    scenario = SCENARIOS["timeout/2batches+tick"]
+    model = ScheduleModel(scenario, 1, KV_THEN_EXTRAS)
+    spec = model.schedules()
+    # A cache that keeps waiting after KV landed, past the deadline, while the extra pool's get is pending:
+    found = model.divergence([*spec, ("io", "io", "check", "tick", "check", "io", "check")])
+    assert found is not None and found.startswith("D5: ") and found.endswith("(divergence landed-kv-waits)"), found
+    # Still waiting while KV itself is incomplete is no divergence: a bare D5.
+    early = model.divergence([*spec, ("check", "tick", "check", "io", "check")])
+    assert early is not None and early.startswith("D5: ") and "divergence" not in early, early
 
 
 def test_a_divergent_exploration_names_the_clause_of_its_first_difference():

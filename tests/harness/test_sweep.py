@@ -48,19 +48,19 @@ def test_run_calls_the_suite_once_per_target_and_names_a_target_that_left_no_rep
                     "args = sys.argv[1:]\n"
                     "out = pathlib.Path(args[args.index('--conformance-report') + 1])\n"
                     "tree = args[args.index('--sglang-live') + 1]\n"
-                    "if tree.endswith('@good'):\n"
-                    "    out.with_suffix('.json').write_text(json.dumps({'matrix': {}}))\n"
+                    "if tree.endswith('@0.5.23'):\n"
+                    "    out.with_name(out.name + '.json').write_text(json.dumps({'matrix': {}}))\n"  # as write_report names it
                     "    print('1 passed')\n"
                     "else:\n"
                     "    print('ERROR: --sglang-live: not a tree', file=sys.stderr)\n")
     launcher = tmp_path / "python"
     launcher.write_text(f"#!/bin/sh\nshift 2\nexec {sys.executable} {fake} \"$@\"\n")  # drop '-m pytest'
     launcher.chmod(0o755)
-    code = sweep.run(["/t/one@good", "/t/two@bad"], tmp_path / "out", str(launcher))
+    code = sweep.run(["/t/one@0.5.23", "/t/two@bad"], tmp_path / "out", str(launcher))  # a label with dots, as releases have
     out = capsys.readouterr().out
     assert code == 1
-    assert (tmp_path / "out" / "good.json").is_file() and not (tmp_path / "out" / "bad.json").exists()
-    assert "sweep: /t/one@good: 1 passed" in out and "sweep: /t/two@bad: no report (ERROR: --sglang-live: not a tree)" in out, out
+    assert (tmp_path / "out" / "0.5.23.json").is_file() and not (tmp_path / "out" / "bad.json").exists()
+    assert "sweep: /t/one@0.5.23: 1 passed" in out and "sweep: /t/two@bad: no report (ERROR: --sglang-live: not a tree)" in out, out
 
 
 def test_check_passes_the_recorded_verdicts_and_names_each_row_that_moved(tmp_path, capsys):

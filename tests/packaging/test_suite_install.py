@@ -134,7 +134,8 @@ def test_the_installed_plugin_stays_out_of_other_sessions(suite_env, tmp_path):
     assert "plugins: xdist" in out and "hicache-conformance" in out, out  # loaded through its entry point ...
     assert "conformance:" not in out and "conformance matrix" not in out, out  # ... and silent
     helped = run(suite_env / "bin" / "python", "-m", "pytest", "--help", cwd=project)
-    for option in ("--cache-impl", "--sglang", "--sglang-shim", "--sglang-live", "--conformance-report", "--expected-failures"):
+    for option in ("--cache-impl", "--sglang", "--sglang-shim", "--sglang-live", "--conformance-report", "--conformance-repro",
+                   "--expected-failures", "--clause"):
         assert option in helped.stdout, option
     lint = run(suite_env / "bin" / "hicache-lint", "--version", cwd=project)
     assert lint.returncode == 0 and lint.stdout.startswith("hicache-lint "), lint.stdout + lint.stderr

@@ -9,6 +9,7 @@ import pytest
 from spec import DecisionState, EventKind as K, ManualClock, Policy, TerminationConfig, TraceRecorder, check
 from spec.clauses import CATALOGUE
 from spec.decision import VOTE_COLLECTIVE, enumerate_states
+from spec.divergences import LANDED_KV_WAITS, explains
 from spec.errors import ConfigError
 from spec.kinds import Kind
 from spec.preconditions import PRECONDITIONS, precondition
@@ -57,7 +58,7 @@ def test_verdict_follows_from_kind_profile_and_outcome(clause_id, profile_id, ou
 
 
 def test_an_unknown_outcome_or_profile_is_one_line():
-    with pytest.raises(ConfigError, match="invalid outcome: 'failed' \\(accepted: fail, fail-other"):
+    with pytest.raises(ConfigError, match="invalid outcome: 'failed' \\(accepted: fail, diverge, fail-other"):
         verdict(CATALOGUE["S1"], "fenced_vote", "failed")
     with pytest.raises(ConfigError, match="invalid profile: 'drain' \\(accepted: one of fenced_vote, vote_per_check, ack_drain, drain_vote\\)"):
         profile("drain")
@@ -77,10 +78,17 @@ def _drain_vote_oracle(s: DecisionState) -> bool:
     return s.timed_out and not landed
 
 
-def test_the_ack_drain_votes_as_its_design_says_in_every_state():
+def test_the_ack_drain_votes_as_its_design_says_except_where_the_spec_diverges_by_intent():
+    diverging = []
     for state in enumerate_states(PAGE):
-        assert ACK_DRAIN.vote(state) is _drain_vote_oracle(state), state
         assert ACK_DRAIN.vote_clause(state) == "A1"
+        if ACK_DRAIN.vote(state) is not _drain_vote_oracle(state):
+            # The spec cuts a pending sidecar read past the deadline; the drain's design holds it (spec/divergences.py).
+            assert explains(state, _drain_vote_oracle(state)) is LANDED_KV_WAITS, state
+            diverging.append(state)
+        else:
+            assert explains(state, ACK_DRAIN.vote(state)) is None, state
+    assert diverging and all(s.policy is Policy.TIMEOUT and s.timed_out and not s.pool_transfers_done for s in diverging)
 
 
 def test_the_ack_drain_ends_the_wait_if_any_rank_votes_yes_the_vote_only_if_all_do():
@@ -160,5 +168,5 @@ def test_the_drain_vote_is_the_policy_alone_and_any_rank_ends_the_wait_on_every_
             want = any(v or t for v, t in zip(votes, terminated))
             assert DRAIN_VOTE.decisions(Policy.WAIT_COMPLETE, votes, terminated) == (want,) * 3
     assert [DRAIN_VOTE.collectives(p) for p in Policy] == [1, 1, 1], "one MAX per check under every policy"
-    assert DRAIN_VOTE.timer_start is TimerStart.OPERATION_START and DRAIN_VOTE.cuts_landed_kv
+    assert DRAIN_VOTE.timer_start is TimerStart.OPERATION_START and DRAIN_VOTE.votes_completion
     assert [DRAIN_VOTE.counterpart(c) for c in ("D1", "X1", "X2", "T2")] == ["R1", "R2", "R2", "T2"]

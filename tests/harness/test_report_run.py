@@ -1,0 +1,97 @@
+"""What the written report says about the run itself: an interrupted run says so, and each defect entry names its rerun.
+
+Each case runs pytest in-process on a tiny generated suite with
+--conformance-report, as tests/harness/test_usage.py runs the plugin, then
+reads PATH.json (valid under conformance/report/schema.json), PATH.md and
+PATH.html.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+# Imported here so that pytester's in-process runs find them already loaded (torch cannot be imported twice).
+import caches.adapters  # noqa: F401
+import caches.registry  # noqa: F401
+import conformance.plugin.fixtures  # noqa: F401
+import conformance.plugin.identity  # noqa: F401
+import conformance.plugin.options  # noqa: F401
+import conformance.live.plugin  # noqa: F401
+import conformance.plugin.recorder  # noqa: F401
+import conformance.report.files  # noqa: F401
+
+from pytester_adapters import ADAPTERS
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+INTERRUPTED = '''
+import pytest
+
+
+@pytest.mark.clause("S1")
+def test_first_passes(impl):
+    pass
+
+
+@pytest.mark.clause("D3")
+def test_then_ctrl_c(impl):
+    raise KeyboardInterrupt  # what pressing Ctrl-C raises in the test running then
+
+
+@pytest.mark.clause("D3")
+def test_never_reached(impl):
+    assert False, "D3: must not run"
+'''
+
+FAILING = '''
+import pytest
+
+
+@pytest.mark.clause("D3")
+def test_guard(impl):
+    assert False, "D3: voted True while IO 3 was in flight"
+'''
+
+
+def run_with_report(pytester: pytest.Pytester, suite: str) -> tuple[pytest.RunResult, dict, str, str]:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(adapters_under_test=ADAPTERS, test_suite=suite)
+    pytester.syspathinsert()
+    result = pytester.runpytest_inprocess("-p", "conformance.plugin", "-p", "conformance.plugin.fixtures", "-p", "no:cacheprovider",
+                                          "-p", "no:benchmark", "--cache-impl", "adapters_under_test:good", "test_suite.py",
+                                          "--conformance-report", "out/run", no_reraise_ctrlc=True)
+    out = pytester.path / "out"
+    data = json.loads((out / "run.json").read_text())
+    schema = json.loads((REPO / "conformance" / "report" / "schema.json").read_text())
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
+    assert not errors, errors
+    return result, data, (out / "run.md").read_text(), (out / "run.html").read_text()
+
+
+def test_an_interrupted_run_says_its_verdicts_cover_only_what_ran(pytester):
+    result, data, markdown, html = run_with_report(pytester, INTERRUPTED)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert data["run"]["interrupted"] == "KeyboardInterrupt (Ctrl-C)"
+    assert [t["nodeid"].split("::")[1] for t in data["tests"]] == ["test_first_passes[hiradix]"]
+    said = "The run was interrupted (KeyboardInterrupt (Ctrl-C)): its verdicts cover only the 1 test that ran"
+    assert markdown.splitlines()[2] == f"**{said}; a pass, or no defect, says nothing of the tests it did not reach.**"
+    assert said in html.split('<p class="summary">', 1)[0]  # before the "0 defect(s)" line
+    assert said in "\n".join(result.outlines)  # and above the matrix in the terminal
+
+
+def test_a_run_that_ends_is_not_interrupted_and_each_entry_names_its_rerun(pytester):
+    result, data, markdown, html = run_with_report(pytester, FAILING)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert data["run"]["interrupted"] is None and "interrupted" not in markdown
+    (entry,) = data["defects"]["entries"]
+    rerun = ("pytest -p conformance.plugin -p conformance.plugin.fixtures -p no:cacheprovider -p no:benchmark "
+             "--cache-impl adapters_under_test:good test_suite.py --clause D3")
+    assert entry["clause"] == "D3" and f"- **rerun:** `{rerun}`" in markdown
+    assert f"<p><em>Rerun:</em> <code>{rerun}</code></p>" in html
