@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import torch
 
 from conformance.live.layouts.hiradix_drain.taps import tap_drain_cache, tap_inline_hit_allocation
+from host_pool_sample import HostPool
+
 from conformance.live.taps import Taps
 from conformance.live.taps.host import tap_host_pool
 from spec.clock import ManualClock
@@ -22,18 +24,6 @@ from spec.decision import VOTE_COLLECTIVE
 from spec.trace import EventKind, TraceRecorder
 
 PS = 4
-
-
-class HostPool:
-    def __init__(self, size: int) -> None:
-        self.free_slots = torch.arange(size)
-
-    def alloc(self, need: int):
-        out, self.free_slots = self.free_slots[:need], self.free_slots[need:]
-        return out
-
-    def free(self, indices) -> int:
-        return len(indices)
 
 
 def drain_rig(policy: str = "wait_complete"):

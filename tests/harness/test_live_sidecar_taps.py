@@ -20,6 +20,8 @@ from conformance.bounds import WAIT_S
 from conformance.scenarios.gates import Gate, InjectedFault
 from conformance.live import collectives
 from conformance.live.layouts.hi_mamba.sidecar import MambaStates
+from host_pool_sample import HostPool
+
 from conformance.live.taps import Taps
 from conformance.live.taps.cache import Votes, tap_fork_cache
 from conformance.live.taps.controller import tap_load_path
@@ -175,19 +177,6 @@ def test_a_pool_backup_is_a_backup_io_and_its_pages_are_that_pools_writes():
     assert writes == [("mamba", ("h9.mamba__0_1.bin",))]
     backend.set("h10", torch.zeros(3))
     assert [e.pool for e in trace.events() if e.kind is EventKind.PAGE_WRITE][-1] == "kv", "a key without a pool suffix is a KV page"
-
-
-class HostPool:
-    def __init__(self, size: int) -> None:
-        self.free_slots = torch.arange(size)
-
-    def alloc(self, need: int):
-        out, self.free_slots = self.free_slots[:need], self.free_slots[need:]
-        return out
-
-    def free(self, indices) -> int:
-        self.free_slots = torch.cat([self.free_slots, indices])
-        return len(indices)
 
 
 class LruList:

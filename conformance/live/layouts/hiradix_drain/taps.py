@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from conformance.live.layouts.unified.taps import AckCounts, tap_ack_drain_controller
+from conformance.live.layouts.unified.taps import AckCounts, drain_commit, tap_ack_drain_controller
 from conformance.live.taps import Taps, wrap
 from conformance.live.taps.cache import DecisionStateOf, Votes, tap_insert_helper_host
 from spec.decision import VOTE_COLLECTIVE
@@ -94,17 +94,6 @@ def tap_drain_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> 
             return result
         return wrapper
 
-    def committing(original: Callable) -> Callable:
-        def wrapper(operation: Any) -> Any:
-            op = request_id(operation.request_id)
-            before = taps.trace.position()
-            with taps.scheduling(op=op, phase="commit"):
-                result = original(operation)
-            if not any(e.kind is EventKind.COMMIT and e.op == op for e in taps.trace.events()[before:]):
-                taps.trace.record(EventKind.COMMIT, op=op, step=taps.ctx.step, value=0)  # discarded whole (nothing inserted)
-            return result
-        return wrapper
-
     def progress(original: Callable) -> Callable:
         def wrapper(request: Any) -> Any:
             with taps.scheduling(op=request_id(request), phase="check"):
@@ -115,7 +104,7 @@ def tap_drain_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> 
     wrap(cache, "_all_reduce_attn_groups", votes.reducing)
     wrap(cache, "_drain_storage_control_queues_impl", draining)
     wrap(cache, "_revoke_pending_prefetch", revoking)
-    wrap(cache, "_handle_prefetch_result", committing)
+    wrap(cache, "_handle_prefetch_result", drain_commit(taps, lambda operation: request_id(operation.request_id)))
     tap_insert_helper_host(taps, cache)
     wrap(cache, "check_prefetch_progress", progress)
     wrap(cache, "_sync_hicache_ready_counts", taps.phase("ack_drain_min"))

@@ -10,6 +10,12 @@ runs at the page size the tree's code demands.
 from conformance.live.layout import Layout, Mark, PageSizeRule
 from conformance.live.layouts.hiradix import FORK_PREFETCH
 
+# What every DSA build of HiRadixCache is made of (the host indexer pool's module moved between releases).
+DSA_POOL = Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool")
+DSA_ASSEMBLER = Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
+                     "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)")
+DSA_BRANCH = Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache")
+
 LAYOUT = Layout(
     key="HiRadixCache+dsa",
     class_name="HiRadixCache",
@@ -24,12 +30,9 @@ LAYOUT = Layout(
     default_extra_pools=("indexer",),
     kv_rank_replicated=True,
     marks=(
-        FORK_PREFETCH,
-        Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool"),
-        Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
-             "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)"),
+        FORK_PREFETCH, DSA_POOL, DSA_ASSEMBLER,
         Mark("srt/mem_cache/memory_pool_host.py", r"^class DSAIndexerPoolHost\b", "DSAIndexerPoolHost"),
-        Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache"),
+        DSA_BRANCH,
     ),
     page_size_rule=PageSizeRule("srt/mem_cache/memory_pool.py", "DSATokenToKVPool", r"assert self\.page_size == (\d+)\s*$",
                                 "DSATokenToKVPool asserts its page size"),

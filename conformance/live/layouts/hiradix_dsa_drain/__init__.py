@@ -7,7 +7,7 @@ beside every KV batch and clamps each batch to the shorter of the two.
 
 from conformance.live.layout import Layout, Mark
 from conformance.live.layouts.hiradix_drain import DRAIN
-from conformance.live.layouts.hiradix_dsa import LAYOUT as FORK_DSA
+from conformance.live.layouts.hiradix_dsa import DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, LAYOUT as FORK_DSA
 
 LAYOUT = Layout(
     key="HiRadixCache+dsa/drain",
@@ -26,12 +26,9 @@ LAYOUT = Layout(
     default_extra_pools=FORK_DSA.default_extra_pools,
     kv_rank_replicated=True,
     marks=(
-        DRAIN,
-        Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool"),
-        Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
-             "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)"),
+        DRAIN, DSA_POOL, DSA_ASSEMBLER,
         Mark("srt/mem_cache/pool_host/dsa.py", r"^class DSAIndexerPoolHost\b", "DSAIndexerPoolHost"),
-        Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache"),
+        DSA_BRANCH,
     ),
     host_pool_modules=("pool_host_mla", "pool_host_dsa"),
     page_size_rule=FORK_DSA.page_size_rule,

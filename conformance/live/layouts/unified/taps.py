@@ -140,6 +140,21 @@ def record_load_back(taps: Taps, kv_host: Any, host_indices: Any) -> None:
         taps.trace.record(EventKind.LOAD_BACK, pool=KV, slots=slots, keys=keys, digests=digests)
 
 
+def drain_commit(taps: Taps, op_of: Callable[[Any], str]) -> Callable[[Callable], Callable]:
+    """The drain's commit of one operation (`_handle_prefetch_result`), with a COMMIT of 0 where it inserted nothing."""
+    def committing(original: Callable) -> Callable:
+        def wrapper(operation: Any) -> Any:
+            op = op_of(operation)
+            before = taps.trace.position()
+            with taps.scheduling(op=op, phase="commit"):
+                result = original(operation)
+            if not any(e.kind is EventKind.COMMIT and e.op == op for e in taps.trace.events()[before:]):
+                taps.trace.record(EventKind.COMMIT, op=op, step=taps.ctx.step, value=0)  # discarded whole (nothing inserted)
+            return result
+        return wrapper
+    return committing
+
+
 class UnifiedVotes(Votes):
     def on_reduce(self, tensor: Any) -> None:
         """The vote's payload is this rank's own verdict (1: terminate), MAX-reduced; the drain's reduce is the commit's collective."""
@@ -167,17 +182,6 @@ def tap_unified_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -
             return result
         return wrapper
 
-    def committing(original: Callable) -> Callable:
-        def wrapper(operation: Any) -> Any:
-            op = operation.request_id
-            before = taps.trace.position()
-            with taps.scheduling(op=op, phase="commit"):
-                result = original(operation)
-            if not any(e.kind is EventKind.COMMIT and e.op == op for e in taps.trace.events()[before:]):
-                taps.trace.record(EventKind.COMMIT, op=op, step=taps.ctx.step, value=0)  # discarded whole (nothing inserted)
-            return result
-        return wrapper
-
     def inserting(original: Callable) -> Callable:
         def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any, *args: Any, **kwargs: Any) -> Any:
             op = taps.ctx.op
@@ -197,7 +201,7 @@ def tap_unified_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -
     wrap(cache, "_can_terminate_prefetch", votes.deciding)
     wrap(cache, "_all_reduce_attn_groups", votes.reducing)
     wrap(cache, "revoke_pending_prefetch", revoking)
-    wrap(cache, "_handle_prefetch_result", committing)
+    wrap(cache, "_handle_prefetch_result", drain_commit(taps, lambda operation: operation.request_id))
     wrap(cache.tree_core, "insert_host", inserting)
     wrap(cache, "check_prefetch_progress", progress)
     wrap(cache, "_sync_hicache_ready_counts", taps.phase("ack_drain_min"))
