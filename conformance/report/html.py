@@ -46,7 +46,7 @@ table.defects td, table.defects th { font-size: 13px; }
 .swatch { display: inline-block; width: 1.4em; text-align: center; border: 1px solid #d0d7de; font-family: ui-monospace, monospace; }
 .banner { background: #fff5d6; border: 1px solid #e3b341; padding: 0.4em 0.8em; margin: 0.5em 0; }
 .card { border: 1px solid #d0d7de; border-left: 4px solid #d73a49; padding: 0.4em 0.8em; margin: 0.5em 0; }
-.card.hardening { border-left-color: #f3b16b; } .card p { margin: 0.2em 0; } .card ul { margin: 0.2em 0; }
+.card.hardening { border-left-color: #f3b16b; } .card.divergence { border-left-color: #8fb8f0; } .card p { margin: 0.2em 0; } .card ul { margin: 0.2em 0; }
 pre.trace { font-size: 12px; background: #f6f8fa; padding: 0.4em; overflow-x: auto; margin: 0.2em 0; }
 details { margin: 0.3em 0; } details > summary { cursor: pointer; }
 """
