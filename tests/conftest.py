@@ -9,7 +9,7 @@ planted that failure and said so (`errors_expected`).
 
 The rest of the shared support lives where the harness keeps it, so tests
 and the suite use the same code: random data in conformance/scenarios/workload.py
-(`random_rows`, `pool_data`, `same_bytes`), devices in conformance/plugin/devices.py
+(`random_rows`, `pool_data`, `same_bytes`), devices in conformance/implementations/devices.py
 (`pytest_params`, `needs_gpu`, `torch_device`), rank processes in
 conformance/multirank/processes.py (`run_ranks`).
 """

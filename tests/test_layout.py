@@ -155,3 +155,34 @@ def test_a_name_from_a_package_imports_its_init_a_submodule_does_not(tmp_path):
     assert graph["user"] == {"pkg.helper"} and graph["back"] == {"pkg"}
     (tmp_path / "pkg" / "helper.py").write_text("from pkg import hook\n")  # the submodule needs the __init__'s name: a cycle
     assert cycles(import_graph(files)) == [["pkg", "pkg.helper"]]
+
+
+# The pytest layer of conformance/: the plugin and the conftest files that load it. Everything else in
+# conformance/ is library code the plugin imports, never the reverse (as pytest-xdist keeps its own).
+PYTEST_LAYER = ("conformance.plugin", "conformance.suite.conftest")
+MAX_MODULE_LINES = 650
+
+
+def in_pytest_layer(name: str) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in PYTEST_LAYER)
+
+
+def test_nothing_below_the_plugin_imports_it():
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {module}"
+             for name, path in module_files(("conformance",)).items() if not in_pytest_layer(name)
+             for line, module, _ in project_imports(path) if in_pytest_layer(module)]
+    assert wrong == [], ("library code importing the pytest plugin (move what it needs to "
+                         "conformance/implementations/ or another library package):\n" + "\n".join(wrong))
+
+
+def test_the_layer_rule_sees_an_import_of_the_plugin(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from conformance.plugin.harness import build_harness\n")
+    assert [m for _, m, _ in project_imports(sample) if in_pytest_layer(m)] == ["conformance.plugin.harness"]
+    assert not in_pytest_layer("conformance.plugins_elsewhere") and in_pytest_layer("conformance.plugin")
+
+
+def test_no_module_is_over_the_size_limit():
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in module_files().values()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert long == [], f"modules over {MAX_MODULE_LINES} lines (split by job):\n" + "\n".join(long)

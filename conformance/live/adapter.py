@@ -29,7 +29,7 @@ class LiveAdapter:
     tree: SglangTree
     layout_key: str
     expected_failures: tuple = field(default=())
-    # Read from the tree's own code, with file:line evidence (evidence.py; conformance/plugin/declarations.py).
+    # Read from the tree's own code, with file:line evidence (evidence.py; conformance/implementations/declarations.py).
     profile: str | None = None
     profile_evidence: tuple = ()
     deployment: Mapping[str, tuple] = field(default_factory=dict)

@@ -34,7 +34,7 @@ import torch
 
 from conformance.adapter import CacheEnv, adapter_page_size
 from conformance.scenarios.gates import GateTimeout, InjectedFault
-from conformance.plugin.declarations import declarations
+from conformance.implementations.declarations import declarations
 from conformance.oracles.lifecycle import background_errors
 from conformance.multirank.decisions import CheckDecision, DecisionDeviation, DecisionExchange, decision_problems
 from conformance.multirank.records import WAITING, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, collective_name

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 from typing import Any, Mapping, Sequence
 
 from conformance.adapter import ENTRY_POINT_GROUP, CacheAdapter
-from conformance.plugin.loader import load_factory
+from conformance.implementations.loader import load_factory
 from conformance.multirank.scenarios import SCENARIOS
 from spec.config import TerminationConfig
 from spec.errors import ConfigError

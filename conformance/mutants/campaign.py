@@ -1,6 +1,6 @@
 """A mutation campaign: plan the mutants of each implementation, check the suite passes unmutated, run each mutant.
 
-Planning reads each `--cache-impl` factory (conformance.plugin.loader, as the
+Planning reads each `--cache-impl` factory (conformance.implementations.loader, as the
 suite does), discovers its protocol functions and builds the catalogue's
 mutants; selection, limits and equivalence claims are checked against
 them before anything runs. Running first runs the suite on the unmutated
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from conformance.plugin.loader import check_adapter, load_factory
+from conformance.implementations.loader import check_adapter, load_factory
 from conformance.mutants.catalogue import Mutant, mutants_of
 from conformance.mutants.discovery import adapter_targets
 from conformance.mutants.runner import SURVIVED, RunOutcome, SuiteOptions, run_suite

@@ -123,7 +123,7 @@ def start_harness(config: pytest.Config) -> Any:
                                 "drop that option, or leave the conformance package out of the run")
     import time
 
-    from conformance.plugin import devices
+    from conformance.implementations import devices
     from conformance.plugin.harness import build_harness
     from conformance.plugin.options import check_options
     from conformance.plugin.recorder import RECORDER_NAME, MatrixRecorder

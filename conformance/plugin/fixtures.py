@@ -10,7 +10,7 @@ to run the suite).
 Every test that requests `impl` runs once per adapter, and, if it requests
 `device`, once per device (ids like [hiradix-cpu-<own params>]): CPU, then
 one cuda:N per visible GPU, or under xdist a single "cuda" run on the GPU each
-worker pinned (conformance/plugin/devices.py). Such a test names the spec clauses it
+worker pinned (conformance/implementations/devices.py). Such a test names the spec clauses it
 checks with @pytest.mark.clause("S1", "F3"); a test that checks no rule of an
 implementation (a control, plumbing) says so with @pytest.mark.weak("why")
 instead and cites nothing, so it cannot paint a clause. A test with neither,
@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin import devices
+from conformance.implementations import devices
 from conformance.adapter import CacheEnv, adapter_page_size
-from conformance.plugin.capabilities import require
+from conformance.implementations.capabilities import require
 from conformance.report.causes import forget, observe
 from conformance.report.failures import PROP_FAILED
 from conformance.plugin.headline import annotate_failure
@@ -34,7 +34,7 @@ from conformance.scenarios.gates import Gate
 from conformance.oracles.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report.matrix import PROP_DEVICE_NOT_RUN
-from conformance.plugin.requirements import check_requirement
+from conformance.implementations.requirements import check_requirement
 from conformance.scenarios.schedule_model import check_io_order
 from spec.clauses import CATALOGUE
 from spec.errors import ConfigError
@@ -56,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): spec clause IDs this conformance test checks")
     config.addinivalue_line("markers", "precondition(*ids): what the scenario assumes of the deployment (spec/preconditions.py); "
                                        "an adapter whose deployment does not produce one is not judged by it")
-    config.addinivalue_line("markers", "needs(*requirements): what the test needs of an adapter (conformance/plugin/requirements.py); "
+    config.addinivalue_line("markers", "needs(*requirements): what the test needs of an adapter (conformance/implementations/requirements.py); "
                                        "no item is collected for an adapter without it")
     config.addinivalue_line("markers", "weak(reason): a conformance test that checks no rule of the implementation; it cites no clause")
     config.addinivalue_line("markers", "io_order(order, why): the test drives IO in that order (schedule_model.IO_ORDERS); "

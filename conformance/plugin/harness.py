@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin import devices
-from conformance.plugin.declarations import Declarations, declarations
+from conformance.implementations import devices
+from conformance.implementations.declarations import Declarations, declarations
 from conformance.plugin.expectations import Expectations, collect as collect_expected_failures
-from conformance.plugin.loader import Origin, load_adapters, load_checkout_adapters
+from conformance.implementations.loader import Origin, load_adapters, load_checkout_adapters
 from conformance.report.matrix import PROP_WEAK, item_properties
-from conformance.plugin.requirements import missing
+from conformance.implementations.requirements import missing
 from conformance.scenarios.schedule_model import adapter_io_order
 from spec.preconditions import PRECONDITIONS
 from spec.errors import ConfigError

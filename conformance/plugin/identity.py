@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from conformance.plugin.loader import Origin
+from conformance.implementations.loader import Origin
 
 SUITE_DISTRIBUTION = "hicache-conformance"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the conformance package

@@ -105,7 +105,7 @@ class MatrixRecorder:
 
     def _device_reasons(self) -> dict[str, str]:
         """Why GPU columns cannot run, as this process knows it (it sees what its xdist workers pin from)."""
-        from conformance.plugin import devices
+        from conformance.implementations import devices
 
         if devices.visible_gpu_count() == 0:
             reason = devices.no_gpu_reason()
@@ -113,7 +113,7 @@ class MatrixRecorder:
         return {}
 
     def build(self) -> dict:
-        from conformance.plugin.devices import describe_devices
+        from conformance.implementations.devices import describe_devices
         from conformance.plugin.identity import describe_target, implementation_identity, suite_identity
 
         harness = self.harness

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.report import decision_rows
 from conformance.report.causes import read_causes
-from conformance.plugin.devices import ANY_DEVICE, CPU
+from conformance.implementations.devices import ANY_DEVICE, CPU
 from conformance.report.failures import read_divergent, read_failed
 from spec.clauses import CATALOGUE
 from spec.divergences import DIVERGENCES
@@ -281,7 +281,7 @@ class ConformanceReport:
     decision_entries: Mapping[tuple[str, str], list[dict]] = field(default_factory=dict)  # (impl, device) -> table tests
     missing: Sequence[tuple[str, str]] = ()
     device_reasons: Mapping[str, str] = field(default_factory=dict)  # device -> why it cannot run here, as far as known
-    declarations: Mapping[str, Any] = field(default_factory=dict)  # impl -> conformance.plugin.declarations.Declarations
+    declarations: Mapping[str, Any] = field(default_factory=dict)  # impl -> conformance.implementations.declarations.Declarations
     not_collected: Sequence[Mapping[str, Any]] = ()  # items left out for their adapter (Harness.not_collected)
 
     def as_json(self) -> dict:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.adapter import CacheEnv, adapter_page_size
-from conformance.plugin.declarations import declarations
+from conformance.implementations.declarations import declarations
 from conformance.scenarios.gates import Gate
 from conformance.oracles.lifecycle import close_and_check
-from conformance.plugin.loader import check_adapter, load_checkout_adapters, load_factory
+from conformance.implementations.loader import check_adapter, load_checkout_adapters, load_factory
 from conformance.scenarios.schedule_model import adapter_io_order
 from spec.clock import ManualClock
 from spec.config import TerminationConfig

@@ -8,7 +8,7 @@ import pytest
 from conformance.bounds import WAIT_S
 from caches.config import CacheConfig
 from caches.hiradix import HiRadixCache
-from conformance.plugin import devices
+from conformance.implementations import devices
 from conformance.oracles.outcome import same_bytes
 from conformance.scenarios.workload import random_rows
 from spec import check

@@ -10,7 +10,7 @@ import spec
 from caches.config import CacheConfig
 from caches.unified import ComponentLockError, FullAttention, Mamba
 from caches.unified_radix import UnifiedRadixCache
-from conformance.plugin import devices
+from conformance.implementations import devices
 from conformance.oracles.outcome import same_bytes
 from conformance.scenarios.workload import pool_data
 from spec.clock import ManualClock

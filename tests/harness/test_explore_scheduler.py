@@ -17,7 +17,7 @@ from conformance.adapter import CacheEnv
 from conformance.scenarios.explore import ExplorationError, NondeterminismError, ReplayError, format_schedule, parse_schedule, replay
 from conformance.scenarios.catalogue import Scenario
 from conformance.scenarios.schedule_model import expected_schedules
-from conformance.plugin.loader import load_factory
+from conformance.implementations.loader import load_factory
 from spec.clock import ManualClock
 from spec.config import TerminationConfig
 from spec.errors import ConfigError

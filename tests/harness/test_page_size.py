@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.adapter import DEFAULT_PAGE_SIZE, adapter_page_size
-from conformance.plugin.requirements import missing
+from conformance.implementations.requirements import missing
 from spec.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent

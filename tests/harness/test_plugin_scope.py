@@ -135,7 +135,7 @@ def test_what_the_xdist_controller_loads_imports_no_torch():
     """The controller loads the plugin, the suite's conftest and the adapters, but runs no test: torch stays out of it
     (every worker imports torch anyway; the controller doing it too delayed the workers' start)."""
     code = ("import sys; import conformance.plugin, conformance.plugin.fixtures, conformance.plugin.harness, conformance.plugin.recorder; "
-            "from conformance.plugin.loader import load_adapters; names = [a.name for a, _ in load_adapters([])]; "
+            "from conformance.implementations.loader import load_adapters; names = [a.name for a, _ in load_adapters([])]; "
             "print(names, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr

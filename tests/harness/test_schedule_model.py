@@ -67,7 +67,7 @@ def test_an_undeclared_io_order_is_the_default_and_a_bad_one_is_one_line():
 
 def test_the_loader_rejects_a_bad_io_order_in_one_line():
     from caches.adapters import hiradix
-    from conformance.plugin.loader import check_adapter
+    from conformance.implementations.loader import check_adapter
 
     class BadOrder:
         def __init__(self) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from caches.adapters import hiradix
-from conformance.plugin import devices
+from conformance.implementations import devices
 from conformance.adapter import CacheEnv
-from conformance.plugin.capabilities import UnknownCapability, require
+from conformance.implementations.capabilities import UnknownCapability, require
 from conformance.plugin.expectations import ExpectedFailure, Expectations, collect, load_file, parse_entry
-from conformance.plugin.loader import check_adapter
+from conformance.implementations.loader import check_adapter
 from conformance.scenarios.workload import pool_data
 from conformance.report.failures import named_clauses
 from conformance.report.matrix import (OutcomeRecord, build_matrix, clause_status, devices_not_run, failing_here, item_properties,
@@ -331,7 +331,7 @@ def test_matrix_recorder_sums_explored_interleavings_per_implementation():
 # --- adapters from a checkout (--sglang) ----------------------------------------------------------
 
 def test_checkout_adapters_come_from_the_entry_point_or_a_named_factory(monkeypatch):
-    from conformance.plugin import loader
+    from conformance.implementations import loader
 
     monkeypatch.setattr(loader, "entry_points", lambda group: [])
     with pytest.raises(ConfigError, match=r"'sglang' entry point in hicache_conformance.checkout_adapters \(reinstall hicache-conformance\), or name the factory with --sglang-shim"):

@@ -174,7 +174,7 @@ def test_a_weak_test_needs_a_reason_and_cites_nothing(suite):
 
 
 def test_gpu_params_carry_the_gpu_marker(suite):
-    from conformance.plugin.devices import device_params, visible_gpu_count
+    from conformance.implementations.devices import device_params, visible_gpu_count
 
     result = run_in_process(suite, "--cache-impl", "adapters_under_test:good", "test_suite.py", "--co", "-q", "-m", "gpu")
     collected = [line for line in result.outlines if "::" in line]

@@ -7,7 +7,7 @@ import torch
 
 from caches.core.copy_engine import CopyEngine, CopyEngineError, CopyHandle, CopyTimeout
 from caches.core.pools import PoolBuffer, PoolSlotError, PoolSpec
-from conformance.plugin import devices
+from conformance.implementations import devices
 from conformance.scenarios.workload import random_rows
 
 needs_cuda = devices.needs_gpu

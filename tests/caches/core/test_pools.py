@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conformance.plugin import devices
+from conformance.implementations import devices
 from caches.core.pools import (
     HitPolicy,
     PoolBuffer,

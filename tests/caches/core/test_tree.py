@@ -16,7 +16,7 @@ from caches.core.tree import (
     TreeNode,
     TreeUsageError,
 )
-from conformance.plugin import devices
+from conformance.implementations import devices
 
 PS = 2
 
