@@ -11,36 +11,24 @@ configured `guard` decides instead.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import replace
 from typing import Optional
 
+import libcst as cst
+
 from lint.config import Config, Implementation
-from lint.locate import FunctionNode, MethodSite
-
-
-def reads_completion(func: FunctionNode) -> bool:
-    """The method reads `completed_tokens` or calls a '*complet*' helper."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Attribute) and node.attr == "completed_tokens":
-            return True
-        if isinstance(node, ast.Call):
-            called = node.func
-            name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
-            if "complet" in name.lower():
-                return True
-    return False
+from lint.cstutil import reads_completion
+from lint.locate import MethodSite
 
 
 def implementation(config: Config, configured: Optional[Implementation], display: str,
-                   site: MethodSite) -> Optional[Implementation]:
+                   site: MethodSite, decision: cst.FunctionDef) -> Optional[Implementation]:
     """The implementation this method is: as configured, or recognized as an ACK drain (None: a plain decision)."""
     if configured is not None and configured.guard is not None:
         return configured
     listed = configured.commit if configured is not None and configured.commit else ()
     present = listed or tuple(n for n in config.commit_methods if n in site.index.methods)
-    decision = site.index.methods.get(site.method)
-    if present and decision is not None and not reads_completion(decision):
+    if present and not reads_completion(decision):
         base = configured or config.recognized(display, site.class_qualname, site.method)
         return replace(base, guard="commit", commit=present)
     return replace(configured, guard="decision") if configured is not None else None

@@ -1,7 +1,11 @@
-"""Small, side-effect-free helpers over libcst expression nodes."""
+"""Small, side-effect-free helpers over libcst expression nodes: the one set the
+analysis reads code with. The stdlib tree (lint/locate.py) only finds methods
+and indexes a class; a helper method, module function or attribute value it
+indexes is read through `as_cst`."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Iterator, Optional
 
@@ -11,6 +15,22 @@ POLICIES = ("best_effort", "wait_complete", "timeout")
 VOTING_POLICIES = frozenset({"wait_complete", "timeout"})
 
 _CASTS = {"int", "bool", "float"}
+
+
+def as_cst(node: ast.AST, cache: dict[int, Optional[cst.CSTNode]]) -> Optional[cst.CSTNode]:
+    """The libcst form of an indexed stdlib node (a function or an expression), parsed
+    once per node; None when libcst cannot read it back."""
+    key = id(node)
+    if key not in cache:
+        try:
+            text = ast.unparse(node)
+            if isinstance(node, ast.expr):
+                cache[key] = cst.parse_expression(text)
+            else:
+                cache[key] = cst.parse_module(text + "\n").body[0]
+        except (cst.ParserSyntaxError, ValueError, RecursionError, IndexError):
+            cache[key] = None
+    return cache[key]
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:

@@ -75,7 +75,8 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: O
     for unit in parsed:
         method = analyze_method(unit, source.display, config.reduce_calls, source.lines)
         site = unit.site
-        impl = implementation(config, config.implementation_for(where, site.class_qualname), source.display, site)
+        impl = implementation(config, config.implementation_for(where, site.class_qualname), source.display, site,
+                              unit.func)
         method.implementation = impl
         if impl is not None and impl.guard == "commit":
             signals = Signals(frozenset(impl.io_ended), frozenset(impl.allocation_fields),

@@ -12,14 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Protocol, Union
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
-
-from lint.analysis import MethodAnalysis, analyze_method
+from lint.analysis import MethodAnalysis
 from lint.file_analysis import FileAnalysis, analyze
 from lint.findings import FileError, Finding
 from lint.fix import Edits, Fixer, fix_text
-from lint.fix.edits import apply
 from lint.fix.spelling import Evidence, Kind, Read, file_reads, tree_reads
 from lint.locate import find_methods
 from lint.rules import ERROR, FIXABLE_CODES, level_of
@@ -27,7 +23,6 @@ from lint.source import Candidate, encode, load
 from lint.config import Config
 from lint.pools import ClassPools
 from lint.result import Result
-from lint.unit import ParsedMethod
 
 
 class LintRun(Protocol):
@@ -57,11 +52,7 @@ class FixRun:
 
     def __init__(self, linter: LintRun) -> None:
         self.linter = linter
-        self.config = linter.config
-        self.result = linter.result
-        self.analyses = linter.analyses
-        self.seen = linter.seen
-        self.write = linter.write
+        self.config, self.result, self.analyses = linter.config, linter.result, linter.analyses
         self._run_reads_cache: Optional[dict[Kind, list[Read]]] = None
         self._configured_reads_cache: Optional[dict[Kind, list[Read]]] = None
 
@@ -91,7 +82,7 @@ class FixRun:
             parsed = {a.path for a in self.analyses}
             self._run_reads_cache = merged(
                 [tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
-                + [file_reads(path) for path in self.seen if path not in parsed])
+                + [file_reads(path) for path in self.linter.seen if path not in parsed])
         return self._run_reads_cache
 
     def _configured_reads(self) -> dict[Kind, list[Read]]:
@@ -196,7 +187,7 @@ class FixRun:
     def _commit_fix(self, analysis: FileAnalysis, new_text: str, again: FileAnalysis,
                     notes: list[str]) -> FileAnalysis:
         source = analysis.source
-        if not self.write:
+        if not self.linter.write:
             self.result.diff += "".join(difflib.unified_diff(
                 source.text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                 fromfile=f"a/{source.display}", tofile=f"b/{source.display}"))
@@ -211,44 +202,24 @@ class FixRun:
         self.result.fixed.extend(f"{source.display}: {note}" for note in notes)
         return again
 
-    def _fix_survives(self, method: MethodAnalysis, analysis: FileAnalysis, fixer: Fixer) -> bool:
-        """Whether this method's fix leaves no error behind (re-linting only the method)."""
-        parsed = method.parsed
-        live = [f for f in self.live(method, analysis) if f.code in FIXABLE_CODES]
-        plan = fixer.plan(method, live, analysis.path or Path(analysis.source.display))
-        if not isinstance(plan, Edits) or plan.empty():
-            return False
-        if parsed.prefix is None:  # parsed with its whole module: re-lint the whole fixed file
-            got = self._fixed(analysis, fixer, record=False)
-            return got is not None and method.qualname in got[3]
-        module = apply(parsed.module, plan)
-        func = next(n for n in module.body if isinstance(n, cst.FunctionDef))
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        fixed = ParsedMethod(parsed.site, func, module, positions, parsed.line_offset, parsed.col_offset,
-                             parsed.prefix)
-        again = analyze_method(fixed, method.path, self.config.reduce_calls, method.lines)
-        again.implementation, again.pools = method.implementation, method.pools
-        return not any(f.code in FIXABLE_CODES and level_of(f.code) == ERROR
-                       for f in self.live(again, analysis))
-
     def mark_fixable(self, findings: list[Finding]) -> list[Finding]:
-        """A finding is fixable when its fix is planned and survives the re-lint."""
+        """A finding is fixable when its fix is planned and its method's fix survives the re-lint
+        (each file's fixes planned and re-linted once, as `--fix` would)."""
         owners: dict[tuple[str, Optional[str]], tuple[MethodAnalysis, FileAnalysis]] = {
             (m.path, m.qualname): (m, a) for a in self.analyses for m in a.methods}
-        fixers: dict[int, Fixer] = {}
-        survives: dict[int, bool] = {}
+        fixers: dict[int, tuple[Fixer, set[str]]] = {}
         out: list[Finding] = []
         for finding in findings:
             owner = owners.get((finding.path, finding.method))
             if finding.code in FIXABLE_CODES and owner is not None:
                 method, analysis = owner
                 if id(analysis) not in fixers:
-                    fixers[id(analysis)] = self._fixer_for(analysis)
-                fixer = fixers[id(analysis)]
+                    fixer = self._fixer_for(analysis)
+                    got = self._fixed(analysis, fixer, record=False)
+                    fixers[id(analysis)] = fixer, (got[3] if got else set())
+                fixer, survivors = fixers[id(analysis)]
                 plan = fixer.plan_one(method, finding, analysis.path or Path(analysis.source.display))
-                if id(method) not in survives and isinstance(plan, Edits):
-                    survives[id(method)] = self._fix_survives(method, analysis, fixer)
-                if isinstance(plan, Edits) and not plan.empty() and survives[id(method)]:
+                if isinstance(plan, Edits) and not plan.empty() and method.qualname in survivors:
                     finding = replace(finding, fixable=True)
             out.append(finding)
         return out

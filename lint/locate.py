@@ -8,7 +8,6 @@ set on self, module functions) are indexed here from the same stdlib tree.
 from __future__ import annotations
 
 import ast
-import builtins
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
@@ -21,6 +20,7 @@ class ClassIndex:
     module_functions: dict[str, FunctionNode] = field(default_factory=dict)
     node: Optional[ast.ClassDef] = None
     _values: Optional[dict[str, list[ast.expr]]] = None
+    cst_nodes: dict = field(default_factory=dict)  # lint.cstutil.as_cst's cache
 
     def values_of(self, attr: str) -> list[ast.expr]:
         """What the class assigns to `self.<attr>` in its methods, or to the class attribute `<attr>`
@@ -151,47 +151,3 @@ def find_method(tree: ast.Module, class_qualname: str, method: str) -> Union[Met
                 return _site(qual, cls, node, _class_index(cls, _module_functions(tree)))
         return f"class {class_qualname} has no method {method}"
     return f"class {class_qualname} not found"
-
-
-_BUILTINS = frozenset(dir(builtins))
-
-
-def ast_has_min_cap(nodes: list[ast.AST], index: ClassIndex, depth: int = 0,
-                    seen: Optional[set[int]] = None) -> Optional[bool]:
-    """True when a `min(a, b, ...)` bounds the value, following self-helpers,
-    attributes set on self and module functions a few levels deep; None when
-    it depends on a helper this file does not define (an inherited method, an
-    imported function); False otherwise."""
-    seen = set() if seen is None else seen
-    if depth > 4:
-        return None
-    follow: list[ast.AST] = []
-    unknown = False
-    for root in nodes:
-        for sub in ast.walk(root):
-            if isinstance(sub, ast.Call):
-                func = sub.func
-                if isinstance(func, ast.Name):
-                    if func.id == "min" and len(sub.args) >= 2:
-                        return True
-                    if func.id in index.module_functions:
-                        follow.append(index.module_functions[func.id])
-                    elif func.id not in _BUILTINS:
-                        unknown = True
-                elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                      and func.value.id == "self" and func.attr not in index.methods):
-                    unknown = True
-            if (
-                isinstance(sub, ast.Attribute)
-                and isinstance(sub.value, ast.Name)
-                and sub.value.id == "self"
-            ):
-                if sub.attr in index.methods:
-                    follow.append(index.methods[sub.attr])
-                follow.extend(index.values_of(sub.attr))
-    fresh = [n for n in follow if id(n) not in seen]
-    seen.update(id(n) for n in fresh)
-    deeper = ast_has_min_cap(fresh, index, depth + 1, seen) if fresh else False
-    if deeper:
-        return True
-    return None if unknown or deeper is None else False

@@ -9,14 +9,13 @@ shape pass.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import libcst as cst
 
 from lint.analysis.body import Body, StmtRec
-from lint.cstutil import attributes_named, call_name, dotted_name, last_part, names_read, string_value, walk
+from lint.cstutil import as_cst, attributes_named, call_name, dotted_name, last_part, names_read, string_value, walk
 from lint.locate import ClassIndex
 from lint.unit import ParsedMethod
 
@@ -54,38 +53,25 @@ class Helper:
     op: str
 
 
-def _ast_dotted(node: ast.expr) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _ast_dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
-
-
 def reduce_helper(index: ClassIndex, name: str, reduce_calls: Sequence[tuple[str, ...]]) -> Optional[Helper]:
     func = index.methods.get(name)
-    if func is None:
+    node = as_cst(func, index.cst_nodes) if func is not None else None
+    if not isinstance(node, cst.FunctionDef):
         return None
-    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1:]
-    for node in ast.walk(func):
-        if not (isinstance(node, ast.Call) and _matches(_ast_dotted(node.func), reduce_calls) and node.args):
+    params = [p.name.value for p in (*node.params.posonly_params, *node.params.params)][1:]
+    for call in walk(node):
+        if not (isinstance(call, cst.Call) and _matches(call_name(call), reduce_calls) and call.args
+                and call.args[0].keyword is None and not call.args[0].star):
             continue
-        first = node.args[0]
-        if not (isinstance(first, ast.Name) and first.id in params):
+        first = call.args[0].value
+        if not (isinstance(first, cst.Name) and first.value in params):
             continue
         op_arg: Optional[int] = None
-        op = "unknown"
-        for keyword in node.keywords:
-            if keyword.arg in ("op", "reduce_op"):
-                if isinstance(keyword.value, ast.Name) and keyword.value.id in params:
-                    op_arg = params.index(keyword.value.id)
-                else:
-                    op = (_ast_dotted(keyword.value) or "unknown").rsplit(".", 1)[-1].upper()
-                break
-        else:
-            op = _suffix_op(_ast_dotted(node.func) or "")
-        return Helper(params.index(first.id), op_arg, op)
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in ("op", "reduce_op") and isinstance(
+                    arg.value, cst.Name) and arg.value.value in params:
+                op_arg = params.index(arg.value.value)
+        return Helper(params.index(first.value), op_arg, reduce_op(call))
     return None
 
 

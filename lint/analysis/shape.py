@@ -18,9 +18,9 @@ from lint.analysis.body import Body, covered, single_target
 from lint.analysis.guard import PLACEMENT_LABELS, Guard
 from lint.analysis.reduce import ReduceSite
 from lint.analysis.roles import Roles
-from lint.cstutil import (POLICIES, attributes_named, is_name, names_read, one_minus, or_operands, policy_test,
+from lint.cstutil import (POLICIES, as_cst, attributes_named, is_name, names_read, one_minus, or_operands, policy_test,
                           strip_casts, walk)
-from lint.locate import ClassIndex, ast_has_min_cap
+from lint.locate import ClassIndex
 from lint.protocol import COMPLETION, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 
 _BUILTINS = frozenset(dir(builtins))
@@ -179,41 +179,54 @@ def find_timeout_cap(body: Body, index: ClassIndex, def_line: int) -> tuple[Opti
         return None, def_line
     seen: set[int] = set()
     pending = [r.value() for r in branch if r.value() is not None]
-    cst_roots: list[cst.CSTNode] = []
+    roots: list[cst.CSTNode] = []
     while pending:
         node = pending.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        cst_roots.append(node)
+        roots.append(node)
         for name in names_read(node):
             for rec in body.bindings.get(name, []):
                 pending.append(rec.value())
-    ast_roots: list[ast.AST] = []
+    return _min_cap(roots, index, -1, set()), branch[0].line
+
+
+def _min_cap(roots: list[cst.CSTNode], index: ClassIndex, depth: int, seen: set[int]) -> Optional[bool]:
+    """True when a `min(a, b, ...)` bounds the value, following self-helpers, attributes
+    set on self and module functions a few levels deep; None when it depends on a helper
+    this file does not define (inherited, injected, imported); False otherwise."""
+    if depth > 4:
+        return None
+    follow: list[ast.AST] = []
     unknown = False
-    for root in cst_roots:
+    for root in roots:
         for sub in walk(root):
             if isinstance(sub, cst.Call):
                 func = sub.func
                 if isinstance(func, cst.Name):
-                    if func.value == "min" and len(sub.args) >= 2:
-                        return True, branch[0].line
+                    if func.value == "min" and sum(a.keyword is None for a in sub.args) >= 2:
+                        return True
                     if func.value in index.module_functions:
-                        ast_roots.append(index.module_functions[func.value])
+                        follow.append(index.module_functions[func.value])
                     elif func.value not in _BUILTINS:
                         unknown = True
-                elif (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                      and func.value.value == "self" and func.attr.value not in index.methods):
+                elif (isinstance(func, cst.Attribute) and is_name(func.value, "self")
+                      and func.attr.value not in index.methods):
                     unknown = True  # inherited or injected helper: cannot tell
-            if isinstance(sub, cst.Attribute) and isinstance(sub.value, cst.Name) and sub.value.value == "self":
+            if isinstance(sub, cst.Attribute) and is_name(sub.value, "self"):
                 attr = sub.attr.value
                 if attr in index.methods:
-                    ast_roots.append(index.methods[attr])
-                ast_roots.extend(index.values_of(attr))
-    capped = ast_has_min_cap(ast_roots, index) if ast_roots else False
-    if capped:
-        return True, branch[0].line
-    return (None if unknown or capped is None else False), branch[0].line
+                    follow.append(index.methods[attr])
+                follow.extend(index.values_of(attr))
+    fresh = [n for n in follow if id(n) not in seen]
+    seen.update(id(n) for n in fresh)
+    nodes = [as_cst(n, index.cst_nodes) for n in fresh]
+    unknown = unknown or None in nodes
+    deeper = _min_cap([n for n in nodes if n is not None], index, depth + 1, seen) if fresh else False
+    if deeper:
+        return True
+    return None if unknown or deeper is None else False
 
 
 def features(def_line: int, policies: dict[str, int], guard: Optional[Guard], combine: tuple[str, int],

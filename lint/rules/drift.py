@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from lint.findings import Finding
 from lint.protocol import FEATURE_NAMES
 from lint.rules.base import GroupRule, Invalid
+from lint.rules.examples import GETATTR_GUARD, hiradix
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -27,31 +28,7 @@ class HiRadixCache:
         )
         return time.monotonic() - operation.start_time > limit
 
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        if len(operation.hash_value) == 0:
-            completed = False
-        else:
-            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
-        if completed and getattr(operation, "pool_transfers", None) and not getattr(
-            operation, "pool_transfers_done", True
-        ):
-            completed = False
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
-        operation_terminated = operation.is_terminated()
-        if self.tp_world_size > 1:
-            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
-            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
-            can_terminate = states[0].item() == 0
-            operation_terminated = states[1].item() == 1
-        can_terminate = can_terminate or operation_terminated
-        return can_terminate
-
+''' + hiradix(before_policies=GETATTR_GUARD) + '''
 
 class UnifiedRadixCache:
     def can_terminate_prefetch(self, op):

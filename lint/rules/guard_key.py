@@ -7,58 +7,20 @@ from typing import TYPE_CHECKING, Iterable
 from lint.findings import Finding
 from lint.protocol import OTHER_LOCAL, TRANSFERS_ONLY, VOTE_KEYED
 from lint.rules.base import Invalid, MethodRule, fenced, with_pools
-from lint.rules.guard_missing import GUARDED
+from lint.rules.examples import GUARDED, HEAD, POLICIES, guard_line
 from lint.rules.guard_upstream import FORCES_VOTE, SINGLE_RANK_RETURN
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
 
-KEYED_ON_VOTE = '''
-import torch
-import torch.distributed as dist
 
-
-class HiRadixCache:
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
+def _keyed(before_policies: str = "", after_policies: str = "") -> str:
+    """The fork's method reduced through `dist` on every rank, with lines put in around the policy branches."""
+    return "\nimport torch\nimport torch.distributed as dist\n\n\nclass HiRadixCache:\n" + HEAD + '''\
         completed = len(operation.hash_value) > 0 and (
             operation.completed_tokens == len(operation.hash_value) * self.page_size
         )
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
-        # keep the vote at "no" while side pools are still loading
-        if can_terminate and operation.pool_transfers and not operation.pool_transfers_done:
-            can_terminate = False
-        terminated = operation.is_terminated()
-        states = torch.tensor([1 - int(can_terminate), int(terminated)], dtype=torch.int)
-        dist.all_reduce(states, op=dist.ReduceOp.MAX, group=self.tp_group)
-        return states[0].item() == 0 or states[1].item() == 1
-'''
-
-KEYED_ON_VOTE_FENCED_FIXED = '''
-import torch
-import torch.distributed as dist
-
-
-class HiRadixCache:
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        completed = len(operation.hash_value) > 0 and (
-            operation.completed_tokens == len(operation.hash_value) * self.page_size
-        )
-        # keep the vote at "no" while side pools are still loading
-        if completed and operation.pool_transfers and not operation.pool_transfers_done:
-            completed = False
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
+''' + before_policies + POLICIES + after_policies + '''\
         terminated = operation.is_terminated()
         states = torch.tensor([1 - int(can_terminate), int(terminated)], dtype=torch.int)
         dist.all_reduce(states, op=dist.ReduceOp.MAX, group=self.tp_group)
@@ -66,9 +28,11 @@ class HiRadixCache:
 '''
 
 
+LOADING = '        # keep the vote at "no" while side pools are still loading\n'
+KEYED_ON_VOTE = _keyed(after_policies=LOADING + guard_line("can_terminate", key="can_terminate"))
+KEYED_ON_VOTE_FENCED_FIXED = _keyed(before_policies=LOADING + guard_line("completed"))
 # Not fenced: re-keyed onto completion, still forcing the vote (upstream's form).
-KEYED_ON_VOTE_FIXED = KEYED_ON_VOTE.replace(
-    "        if can_terminate and operation.pool_transfers", "        if completed and operation.pool_transfers")
+KEYED_ON_VOTE_FIXED = _keyed(after_policies=LOADING + guard_line("can_terminate"))
 
 FOLDED_ON_TRANSFERS = with_pools('''
 class Cache:

@@ -7,41 +7,10 @@ from typing import TYPE_CHECKING, Iterable
 from lint.findings import Finding
 from lint.protocol import DONE
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule, fenced, with_pools
+from lint.rules.examples import GUARDED
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
-
-GUARDED = '''
-import time
-import torch
-
-
-class HiRadixCache:
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        if len(operation.hash_value) == 0:
-            completed = False
-        else:
-            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
-        if completed and getattr(operation, "pool_transfers", None) and not getattr(
-            operation, "pool_transfers_done", True
-        ):
-            completed = False
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
-        operation_terminated = operation.is_terminated()
-        if self.tp_world_size > 1:
-            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
-            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
-            can_terminate = states[0].item() == 0
-            operation_terminated = states[1].item() == 1
-        can_terminate = can_terminate or operation_terminated
-        return can_terminate
-'''
 
 UNGUARDED = '''
 class UnifiedRadixCache:

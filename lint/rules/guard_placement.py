@@ -6,85 +6,22 @@ from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule
-from lint.rules.guard_missing import GUARDED
+from lint.rules.examples import GUARDED, TORCH, guard_line, hiradix
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
 
-AFTER_REDUCE = '''
-import torch
+AFTER_REDUCE = TORCH + "class HiRadixCache:\n" + hiradix(after_reduce=guard_line("completed"))
 
-
-class HiRadixCache:
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        if len(operation.hash_value) == 0:
-            completed = False
-        else:
-            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
-        operation_terminated = operation.is_terminated()
-        if self.tp_world_size > 1:
-            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
-            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
-            can_terminate = states[0].item() == 0
-            operation_terminated = states[1].item() == 1
-        if completed and operation.pool_transfers and not operation.pool_transfers_done:
-            completed = False
-        can_terminate = can_terminate or operation_terminated
-        return can_terminate
-'''
-
-AFTER_REDUCE_FIXED = '''
-import torch
-
-
-class HiRadixCache:
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        if len(operation.hash_value) == 0:
-            completed = False
-        else:
-            completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
-        if completed and operation.pool_transfers and not operation.pool_transfers_done:
-            completed = False
-        if self.prefetch_stop_policy == "wait_complete":
-            can_terminate = completed
-        elif self.prefetch_stop_policy == "timeout":
-            can_terminate = completed or self._timed_out(operation)
-        operation_terminated = operation.is_terminated()
-        if self.tp_world_size > 1:
-            states = torch.tensor([1 - int(can_terminate), int(operation_terminated)], dtype=torch.int)
-            torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)
-            can_terminate = states[0].item() == 0
-            operation_terminated = states[1].item() == 1
-        can_terminate = can_terminate or operation_terminated
-        return can_terminate
-'''
+AFTER_REDUCE_FIXED = TORCH + "class HiRadixCache:\n" + hiradix(before_policies=guard_line("completed"))
 
 
 # Upstream's form, but after the reduce: peers decide without it.
-VOTE_FORCING_AFTER_REDUCE = AFTER_REDUCE.replace(
-    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
-    "            completed = False\n",
-    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
-    "            can_terminate = False\n")
+VOTE_FORCING_AFTER_REDUCE = TORCH + "class HiRadixCache:\n" + hiradix(after_reduce=guard_line("can_terminate"))
 
 # Not fenced: moved before the reduce, still forcing the vote.
-VOTE_FORCING_AFTER_REDUCE_FIXED = AFTER_REDUCE.replace(
-    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
-    "            completed = False\n", "").replace(
-    "        operation_terminated = operation.is_terminated()\n",
-    "        if completed and operation.pool_transfers and not operation.pool_transfers_done:\n"
-    "            can_terminate = False\n"
-    "        operation_terminated = operation.is_terminated()\n")
+VOTE_FORCING_AFTER_REDUCE_FIXED = TORCH + "class HiRadixCache:\n" + hiradix(
+    before_reduce=guard_line("can_terminate"))
 
 
 class GuardPlacement(MethodRule):

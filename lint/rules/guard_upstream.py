@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterable
 from lint.protocol import VOTE_FORCING
 from lint.findings import Finding
 from lint.rules.base import WARNING, Invalid, MethodRule, Valid, fenced
-from lint.rules.guard_missing import GUARDED
+from lint.rules.examples import GUARDED, HEAD
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -32,11 +32,7 @@ class HiRadixCache:
         budget = min(cfg.max, cfg.base + cfg.per_ki_token * len(operation.hash_value) / 1024)
         return time.monotonic() - operation.start_time > budget
 
-    def can_terminate_prefetch(self, operation):
-        can_terminate = True
-        if self.prefetch_stop_policy == "best_effort":
-            return can_terminate
-        if not operation.hash_value:
+''' + HEAD + '''        if not operation.hash_value:
             completed = False
         else:
             completed = operation.completed_tokens == len(operation.hash_value) * self.page_size
