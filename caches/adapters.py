@@ -65,6 +65,7 @@ def config_for(env: Any) -> CacheConfig:
         storage_batch_pages=env.batch_pages,
         prefetch_threshold_pages=env.threshold_pages,
         wait_timeout_s=env.wait_timeout_s,
+        storage_read_timeout_s=env.wait_timeout_s,
         io_timeout_s=env.io_timeout_s,
     )
 

@@ -57,6 +57,9 @@ class CacheConfig:
     prefetch_capacity_tokens: int = 8192
     load_back_min_tokens: int = 0
     wait_timeout_s: float = 30.0
+    # A storage page read on a reader thread that has not returned after this long (wall clock) fails the
+    # batch it belongs to with CacheTimeoutError, so a stalled disk fails a transfer instead of hanging it.
+    storage_read_timeout_s: float = 60.0
     # L4: a transfer (a KV batch, an extra pool's get) still running this long
     # after it started, on the injected clock, counts as failed at the next
     # scheduler check; its slots stay excluded until it really returns.
@@ -80,7 +83,7 @@ class CacheConfig:
         object.__setattr__(self, "device", _device(self.device))
         if self.storage_backend == "file" and not self.storage_path:
             raise ConfigError("storage_path", self.storage_path, "a directory path when storage_backend is 'file'")
-        for name in ("wait_timeout_s", "io_timeout_s"):
+        for name in ("wait_timeout_s", "storage_read_timeout_s", "io_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(name, value, "a finite number > 0")

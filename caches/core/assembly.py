@@ -112,7 +112,8 @@ def open_storage(config: CacheConfig, namespace: StorageNamespace) -> StorageBac
         return MemoryStorage()  # private to this cache: nothing else can read or write it
     # One folder per namespace (caches/storage/namespace.py); each rank stores its own shard of every page.
     try:
-        return FileStorage(namespace.rank_root(config.storage_path), namespace=namespace.tag)
+        return FileStorage(namespace.rank_root(config.storage_path), namespace=namespace.tag,
+                           read_timeout_s=config.storage_read_timeout_s)
     except OSError as exc:
         raise ConfigError("storage_path", config.storage_path, f"a writable directory ({config.storage_path} is unusable: {exc})") from None
     except StorageConfigError as exc:

@@ -166,6 +166,11 @@ class FileStorage(StorageBackend):
         return f"FileStorage('{self.root}')"
 
     @property
+    def read_timeout_s(self) -> float:
+        """How long a batch waits for a helper's page reads before failing with CacheTimeoutError."""
+        return self._read_timeout_s
+
+    @property
     def read_threads(self) -> int:
         """Threads reading one large batch at once (the caller and its helpers)."""
         return self._read_threads

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from conformance.errors import ConformanceError
 from conformance.adapter import CAPABILITIES
 
 
-class UnknownCapability(ValueError):
+class UnknownCapability(ConformanceError, ValueError):
     """A test asked for a capability the adapter protocol does not define (a test bug)."""
 
 

@@ -112,8 +112,11 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
     local_clock = find(tree, SCHEDULER, r"time\.perf_counter\(\)", within="_abort_on_waiting_timeout")
     local_release = find(tree, SCHEDULER, r"release_aborted_request\(", within="_abort_on_waiting_timeout")
     agreed = find(tree, SCHEDULER, r"_poll_timeout_aborts\(\)", within="ingest_requests")
+    opt_in = find(tree, SCHEDULER, r"SGLANG_REQ_WAITING_TIMEOUT", within="_abort_on_waiting_timeout")
     if local_clock and local_release:
         out["rank_local_abort_clock"] = (True, (
+            *([opt_in.cite(tree, "opt-in: only a deployment that sets SGLANG_REQ_WAITING_TIMEOUT above 0 aborts on the "
+                                 "waiting timeout (off by default)")] if opt_in else []),
             local_clock.cite(tree, "each rank compares its own clock with the waiting timeout"),
             local_release.cite(tree, "and releases the request's prefetch at once, without agreeing the abort across ranks"),
         ))

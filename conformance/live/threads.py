@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
+from conformance.bounds import bound
 from conformance.live.taps import Taps
 
 FORK_THREADS = ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")  # by attribute of the controller
-THREAD_EXIT_S = 5.0  # how long a storage thread may take to end after an exception left its step
+THREAD_EXIT_S = bound(5.0)  # how long a storage thread may take to end after an exception left its step
 
 
 class StorageThreads:

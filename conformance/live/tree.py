@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.bounds import EXIT_S
 from conformance.live.layouts import CLASS_FILES, LAYOUTS
 from spec.errors import ConfigError
 
@@ -111,7 +112,7 @@ def _git_commit(path: Path) -> str | None:
     if not any((p / ".git").exists() for p in (path, *path.parents)):
         return None
     try:
-        out = subprocess.run(["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, timeout=EXIT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None

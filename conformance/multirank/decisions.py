@@ -24,9 +24,10 @@ from spec.divergences import suffix as divergence_suffix
 from spec.config import Policy
 from spec.decision import DecisionState, pool_state
 from spec.profiles import VOTE_PROFILES, Profile
+from conformance.errors import ConformanceFailure
 
 
-class DecisionDeviation(AssertionError):
+class DecisionDeviation(ConformanceFailure):
     """A check's decision on some rank is not the spec's (the message names the clause)."""
 
 

@@ -28,6 +28,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
+from conformance.errors import ConformanceFailure
 from conformance.bounds import COLLECTIVE_S, HANG_S, LAUNCH_S, STARTUP_S, WAIT_S
 from conformance.multirank.checks import once_per_error, same_usable_prefix_problems, scenario_problems
 from conformance.multirank.records import (
@@ -47,7 +48,7 @@ class LaunchResult:
     wall_s: float
 
 
-class MultiRankError(AssertionError):
+class MultiRankError(ConformanceFailure):
     """A multi-rank launch failed: a rank hung, crashed or could not start."""
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from conformance.bounds import COLLECTIVE_S, STARTUP_S
+from conformance.errors import ConformanceFailure
+from conformance.bounds import COLLECTIVE_S, EXIT_S, STARTUP_S
 from spec.errors import ConfigError
 
 STORE_HOST = "127.0.0.1"
@@ -46,7 +47,7 @@ STORE_HOST = "127.0.0.1"
 PRELOAD = ("torch", "torch.distributed", "conformance.multirank.rank")
 
 
-class RankFailure(AssertionError):
+class RankFailure(ConformanceFailure):
     """A rank raised, crashed or hung; the message names each such rank and what it reported."""
 
 
@@ -128,7 +129,7 @@ class RankProcesses:
                     proc.kill()
             for proc in self.procs:
                 if proc.pid is not None:
-                    proc.join(10)
+                    proc.join(EXIT_S)
         finally:
             self.store = None  # the last reference: the store closes once no rank can still reach it
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from conformance.errors import ConformanceError
 from conformance.implementations.loader import check_adapter, load_factory
 from conformance.mutants.catalogue import Mutant, mutants_of
 from conformance.mutants.discovery import adapter_targets
@@ -28,7 +29,7 @@ TIMEOUT_FACTOR, TIMEOUT_MARGIN_S, TIMEOUT_FLOOR_S = 3.0, 30.0, 60.0
 BASELINE_LIMIT_S = 3600.0  # the unmutated run, without --timeout: every wait in the suite is bounded, this bounds the rest
 
 
-class BaselineError(RuntimeError):
+class BaselineError(ConformanceError, RuntimeError):
     """The suite fails on the unmutated implementation: no mutant can be judged against it."""
 
 

@@ -124,11 +124,6 @@ def _ends_in_exit(suite: cst.BaseSuite) -> bool:
     return bool(last) and isinstance(last[-1], _EXITS)
 
 
-def _single_exit(suite: cst.BaseSuite) -> bool:
-    statements = _suite_statements(suite)
-    return len(statements) == 1 and _ends_in_exit(suite) and len(_small_statements(statements[0])) == 1
-
-
 def _keep_comments(removed: cst.BaseStatement, following: cst.BaseStatement) -> cst.BaseStatement:
     """The comment lines above a removed statement stay, above the statement now in its place."""
     lines = getattr(removed, "leading_lines", ())

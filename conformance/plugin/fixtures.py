@@ -30,7 +30,7 @@ from conformance.implementations.capabilities import require
 from conformance.report.causes import forget, observe
 from conformance.report.failures import PROP_FAILED
 from conformance.plugin.headline import annotate_failure
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from conformance.oracles.lifecycle import close_and_check
 from conformance.plugin import harness_of
 from conformance.report.matrix import PROP_DEVICE_NOT_RUN

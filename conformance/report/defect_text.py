@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 # Left out of a rerun: it must not overwrite the run's report or scripts, and it selects its own clause.
 RERUN_DROPS = ("--conformance-report", "--conformance-repro", "--clause")
@@ -79,10 +79,6 @@ def divergence_lines(entry: Mapping[str, Any]) -> list[str]:
     return [f"divergence {d['id']}: {d['title']}",
             f"upstream's design: {d['upstream_rule']} ({'; '.join(d['upstream_evidence'])})",
             f"the spec's rule: {d['spec_rule']} ({'; '.join(d['spec_evidence'])})"]
-
-
-def test_names(entry: Mapping[str, Any]) -> Sequence[str]:
-    return [t["nodeid"] for t in entry["tests"]]
 
 
 def rerun_command(entry: Mapping[str, Any], data: Mapping[str, Any]) -> str:

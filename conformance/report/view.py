@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
+from conformance.errors import ConformanceError
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -41,7 +42,7 @@ MEASURE = """
 """
 
 
-class NoBrowser(RuntimeError):
+class NoBrowser(ConformanceError, RuntimeError):
     """No headless Chromium could run here."""
 
 

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from conformance.adapter import CacheEnv, adapter_page_size
 from conformance.implementations.declarations import declarations
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from conformance.oracles.lifecycle import close_and_check
 from conformance.implementations.loader import check_adapter, load_checkout_adapters, load_factory
 from conformance.scenarios.schedule_model import adapter_io_order

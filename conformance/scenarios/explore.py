@@ -2,7 +2,7 @@
 
 Model. An implementation's IO thread reaches a gate point at the IO_START of
 each prefetch transfer (each KV batch, each extra-pool transfer). The explorer
-holds the thread at every such point (conformance.scenarios.gates.Gate). Between two
+holds the thread at every such point (conformance.gates.Gate). Between two
 actions the system is quiet: the IO thread is parked at its next gate point,
 or it has recorded IO_DONE and starts nothing more. In a quiet state the
 explorer picks one enabled action:
@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from conformance.errors import ConformanceFailure
 from conformance.bounds import WAIT_S
 from conformance.oracles.outcome import assert_decisions_conform, check_committed_outcome
 from conformance.scenarios.catalogue import Scenario
-from conformance.scenarios.gates import Hold, ObservedGate, WatchedTrace, prefetch_load_of
+from conformance.gates import Hold, ObservedGate, WatchedTrace, prefetch_load_of
 from conformance.scenarios.schedule_model import DEFAULT_IO_ORDER, ScheduleModel
 from conformance.scenarios.workload import request_data, request_tokens, store
 from spec.clock import ManualClock
@@ -53,7 +54,7 @@ REQUEST_ID = "explored"
 MakeCache = Callable[..., Any]
 
 
-class ExplorationError(AssertionError):
+class ExplorationError(ConformanceFailure):
     """A schedule failed; the message carries the schedule and how to replay it."""
 
     def __init__(self, message: str, *, scenario: "Scenario", schedule: str, explored: int) -> None:
@@ -63,11 +64,11 @@ class ExplorationError(AssertionError):
         self.explored = explored
 
 
-class NondeterminismError(AssertionError):
+class NondeterminismError(ConformanceFailure):
     """The same schedule prefix led to different enabled actions on two runs."""
 
 
-class ReplayError(AssertionError):
+class ReplayError(ConformanceFailure):
     """A replayed schedule named an action that is not enabled at that point."""
 
 

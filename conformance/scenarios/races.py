@@ -17,7 +17,7 @@ import pytest
 
 from conformance.bounds import WAIT_S
 from conformance.implementations.capabilities import require  # noqa: F401 - re-exported for the race tests
-from conformance.scenarios.gates import GateTimeout, Predicate
+from conformance.gates import GateTimeout, Predicate
 from conformance.oracles.outcome import assert_loaded_bytes, assert_no_violations
 from conformance.scenarios.workload import request_data, request_tokens, store
 from conformance.oracles.outcome import trailing_pools

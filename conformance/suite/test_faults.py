@@ -23,9 +23,9 @@ from typing import Any, Callable
 import pytest
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import WatchedTrace
+from conformance.gates import WatchedTrace
 from conformance.oracles.outcome import check_outcome
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from conformance.scenarios.workload import drive, request_data, request_tokens, store
 from conformance.oracles.outcome import trailing_pools
 from spec.config import Policy, TerminationConfig

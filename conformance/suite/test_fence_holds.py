@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import WatchedTrace
+from conformance.gates import WatchedTrace
 from conformance.scenarios.races import (
     Background,
     close_and_check_trace,

@@ -15,7 +15,7 @@ import math
 import pytest
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import WatchedTrace
+from conformance.gates import WatchedTrace
 from conformance.scenarios.races import all_pages_extra_pools, assert_commit_within_fence, close_and_check_trace, host_allocated, io_start, op_events, stored_request
 from conformance.oracles.outcome import trailing_pools
 from spec.config import TerminationConfig

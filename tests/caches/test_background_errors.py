@@ -13,7 +13,7 @@ import pytest
 
 from conformance.bounds import WAIT_S
 from caches import BackgroundError
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from spec.clock import ManualClock
 from spec.trace import LOAD, EventKind, TraceRecorder
 

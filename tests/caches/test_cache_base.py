@@ -21,7 +21,7 @@ from caches.config import CacheConfig
 from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
 from caches.storage import pool_key
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from conformance.multirank.processes import run_ranks
 from conformance.oracles.outcome import same_bytes
 from conformance.scenarios.workload import pool_data

@@ -62,6 +62,8 @@ def error_for(**fields) -> ConfigError:
         ({"device": "not a device"}, "device", "a torch device string"),
         ({"wait_timeout_s": 0}, "wait_timeout_s", "a finite number > 0"),
         ({"wait_timeout_s": math.inf}, "wait_timeout_s", "a finite number > 0"),
+        ({"storage_read_timeout_s": -1.0}, "storage_read_timeout_s", "a finite number > 0"),
+        ({"storage_read_timeout_s": "60"}, "storage_read_timeout_s", "a finite number > 0"),
         ({"prefetch_policy": "eager"}, "prefetch_policy", "'best_effort', 'wait_complete', 'timeout'"),
         ({"timeout_base_s": 0.0}, "timeout_base_s", "a finite number > 0"),
         ({"timeout_per_ki_token_s": -0.1}, "timeout_per_ki_token_s", "a finite number >= 0"),
@@ -205,7 +207,7 @@ def test_config_for_maps_every_env_field(tmp_path):
     assert (config.page_size, config.prefetch_policy) == (4, "wait_complete")
     assert (config.device_pages, config.host_pages, config.state_device_slots, config.state_host_slots) == (12, 20, 3, 6)
     assert (config.storage_batch_pages, config.prefetch_threshold_pages) == (5, 2)
-    assert (config.write_policy, config.wait_timeout_s) == ("write_back", 7.0)
+    assert (config.write_policy, config.wait_timeout_s, config.storage_read_timeout_s) == ("write_back", 7.0, 7.0)
     assert (config.storage_backend, config.storage_path) == ("file", str(tmp_path / "store"))
     assert (config.kv_elem_shape, config.indexer_elem_shape, config.state_elem_shape) == (KV_ELEM, INDEXER_ELEM, STATE_ELEM)
     assert config.termination == env.termination
@@ -230,3 +232,11 @@ def test_an_adapter_session_round_trips_through_storage(tmp_path, cache_factory)
         assert same_bytes(loaded.data[name], data[name]), name
     for name, (allocated, free, capacity) in session.slot_accounting().items():
         assert allocated + free == capacity, name
+
+
+def test_the_file_backend_reads_under_the_configured_timeout(tmp_path):
+    cache = HiRadixCache(CacheConfig(storage_path=str(tmp_path / "store"), storage_read_timeout_s=3.5))
+    try:
+        assert cache.storage.read_timeout_s == 3.5
+    finally:
+        cache.close()

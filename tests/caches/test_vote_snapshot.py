@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from spec import check
 from spec.clock import ManualClock
 from spec.trace import LOAD, EventKind, TraceRecorder

@@ -55,6 +55,8 @@ class RequestReceiver:
 FORK_SCHEDULER = """
 class Scheduler:
     def _abort_on_waiting_timeout(self):
+        if (timeout_s := envs.SGLANG_REQ_WAITING_TIMEOUT.get()) <= 0:
+            return
         deadline = time.perf_counter() - timeout_s
         for req in self.waiting_queue:
             if 0 < req.entry_time < deadline:
@@ -97,7 +99,8 @@ def test_a_fork_shaped_tree_declares_the_vote_per_check_and_a_rank_local_abort_c
     assert deployment["abort_on_one_rank"][0] is False
     assert deployment["abort_on_one_rank"][1][0].startswith("python/sglang/srt/managers/scheduler_components/request_receiver.py:5:")
     produced, why = deployment["rank_local_abort_clock"]
-    assert produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:4:") and why[1].startswith("python/sglang/srt/managers/scheduler.py:7:")
+    assert produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:4: opt-in: only a deployment that sets SGLANG_REQ_WAITING_TIMEOUT")
+    assert why[1].startswith("python/sglang/srt/managers/scheduler.py:6:") and why[2].startswith("python/sglang/srt/managers/scheduler.py:9:")
     assert deployment["shared_storage_across_configs"][0] is True
     (adapter,) = adapters_for(tree)
     assert (adapter.profile, adapter.deployment) == (profile, deployment)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import Gate, InjectedFault
+from conformance.gates import Gate, InjectedFault
 from conformance.live import collectives
 from conformance.live.layouts.hi_mamba.sidecar import MambaStates
 from host_pool_sample import HostPool

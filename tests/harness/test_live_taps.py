@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conformance.bounds import WAIT_S
-from conformance.scenarios.gates import Gate, InjectedFault
+from conformance.gates import Gate, InjectedFault
 from conformance.live.taps import Taps
 from conformance.live.taps.controller import tap_fork_controller, tap_load_path
 from conformance.live.taps.host import tap_host_pool

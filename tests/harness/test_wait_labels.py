@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.scenarios.gates import WatchedTrace
+from conformance.gates import WatchedTrace
 from conformance.report.failures import named_clauses
-from conformance.scenarios.gates import GateTimeout
+from conformance.gates import GateTimeout
 from conformance.multirank.launch import first_divergence
 from conformance.scenarios.races import pool_files
 from conformance.scenarios.workload import drive

@@ -20,7 +20,7 @@ from caches.core.operation import PoolPlan, PrefetchOperation
 from caches.core.pools import PoolSet, PoolSpec, tensor_bytes_view
 from caches.core.reducer import LocalReducer
 from caches.storage import FileStorage, PoolTransfer, pool_key
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from conformance.scenarios.workload import random_rows
 from spec import check
 from spec.clock import ManualClock

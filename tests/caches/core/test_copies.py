@@ -14,7 +14,7 @@ from caches.core.allocator import PageAllocator
 from caches.core.copies import CopyTracker
 from caches.core.copy_engine import CopyEngine, CopyTimeout
 from caches.core.pools import PoolBuffer, PoolSpec
-from conformance.scenarios.gates import Gate
+from conformance.gates import Gate
 from spec import check
 from spec.clock import ManualClock
 from spec.trace import DEVICE, HOST, LOAD_BACK_COPY, WRITE_BACK_COPY, EventKind, TraceRecorder
