@@ -35,6 +35,7 @@ class LiveAdapter:
     deployment: Mapping[str, tuple] = field(default_factory=dict)
     page_size: int | None = None  # the one page size the build runs at, where the tree's code fixes it
     page_size_evidence: tuple = ()
+    ignored_fields: Mapping[str, tuple] = field(default_factory=dict)  # spec field -> why its key is accepted and never read
 
     @property
     def class_name(self) -> str:
@@ -71,7 +72,8 @@ def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
         page_size, page_why = evidence.page_size_of(tree, layout)
         adapters.append(LiveAdapter(f"sglang-live:{layout.row}@{tree.label}", tree, key, profile=profile, profile_evidence=why,
                                     deployment={**deployment, **evidence.layout_deployment(tree, layout)},
-                                    page_size=page_size, page_size_evidence=page_why))
+                                    page_size=page_size, page_size_evidence=page_why,
+                                    ignored_fields=evidence.ignored_fields(tree, layout)))
     return adapters
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from conformance.adapter import CacheEnv
 from conformance.live import shims
+from conformance.live.evidence import EXTRA_CONFIG_KEYS
 from conformance.live.runtime import Runtime
 
 
@@ -50,8 +51,6 @@ def server_args_without_model(runtime: Runtime, env: CacheEnv, ratio: float) -> 
 
 # Spec-named termination fields -> where a user of upstream sets them.
 CLI_FIELDS = {"policy": "--hicache-storage-prefetch-policy", "page_size": "--page-size"}
-EXTRA_CONFIG_FIELDS = {"timeout_base_s": "prefetch_timeout_base", "timeout_per_ki_token_s": "prefetch_timeout_per_ki_token",
-                       "timeout_max_s": "prefetch_timeout_max"}
 
 
 def configure_through(runtime: Runtime, fields: Mapping[str, Any], parse_extra_config: Callable[[Any, str], Any]) -> None:
@@ -66,7 +65,7 @@ def configure_through(runtime: Runtime, fields: Mapping[str, Any], parse_extra_c
         if name in CLI_FIELDS:
             argv += [CLI_FIELDS[name], str(value)]
         else:
-            extra[EXTRA_CONFIG_FIELDS.get(name, name)] = value
+            extra[EXTRA_CONFIG_KEYS.get(name, name)] = value
     parser = argparse.ArgumentParser(exit_on_error=False)
     runtime.server_args_cls.add_cli_args(parser)
     try:

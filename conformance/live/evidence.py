@@ -153,6 +153,30 @@ def _in_branch(tree: SglangTree, rel: str, line: int, header: str) -> bool:
     return False
 
 
+# Spec-named timeout fields -> the storage backend's extra-config keys a user of upstream sets them with.
+EXTRA_CONFIG_KEYS = {"timeout_base_s": "prefetch_timeout_base", "timeout_per_ki_token_s": "prefetch_timeout_per_ki_token",
+                     "timeout_max_s": "prefetch_timeout_max"}
+PARSER = r"def _?parse_storage_backend_extra_config\b"
+
+
+def ignored_fields(tree: SglangTree, layout: Layout) -> Mapping[str, tuple[str, ...]]:
+    """Spec fields whose extra-config key the layout's parser never reads, each with the lines that say so.
+
+    The parser is the class module's own where it has one, else the controller's it builds on. A key it
+    does not pop stays in the extra config handed on to the storage backend: accepted, and ignored.
+    """
+    for rel in (layout.module_file, HYBRID_CONTROLLER, CONTROLLER):
+        head = find(tree, rel, PARSER)
+        name = head and re.search(r"def (\w+)", head.text)
+        if not name or not find(tree, rel, r"[\"']prefetch_timeout_base[\"']", within=name.group(1)):
+            continue
+        read = [key for key in EXTRA_CONFIG_KEYS.values() if find(tree, rel, rf"[\"']{key}[\"']", within=name.group(1))]
+        return {spec: (head.cite(tree, f"{name.group(1)} reads {', '.join(read)} and never {key}: a {key} a user sets is accepted "
+                                       "and handed on, unread, with the rest of the extra config"),)
+                for spec, key in EXTRA_CONFIG_KEYS.items() if key not in read}
+    return {}
+
+
 def layout_deployment(tree: SglangTree, layout: Layout) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
     """Preconditions a layout's own build decides (beyond the tree's scheduler and storage), each with the lines that say so."""
     out: dict[str, tuple[bool, tuple[str, ...]]] = {}

@@ -79,9 +79,14 @@ def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[
     return entries, unattributed
 
 
+INJECTED = "InjectedFault"  # the harness's own exception (conformance/gates.py): a trigger no deployment raises
+
+
 def _representative(members: Sequence[tuple[Mapping[str, Any], dict]]) -> dict:
-    """The cause that says most with least: one with an excerpt and a site first, then the shortest line."""
-    return min((cause for _t, cause in members), key=lambda c: (not c.get("excerpt"), not c.get("sites"), len(c.get("line", "")), c.get("line", "")))
+    """The cause that says most with least: one a deployment's own data triggered (not an injected exception) first,
+    then one with an excerpt and a site, then the shortest line."""
+    return min((cause for _t, cause in members), key=lambda c: (INJECTED in c.get("line", ""), not c.get("excerpt"), not c.get("sites"),
+                                                               len(c.get("line", "")), c.get("line", "")))
 
 
 def _divergence_in(test: Mapping[str, Any], cause: Mapping[str, Any]) -> str | None:

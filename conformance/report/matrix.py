@@ -78,6 +78,17 @@ def phase_outcome(report: Any) -> str | None:
     return None
 
 
+ERROR_LINE_CHARS = 300
+
+
+def error_line(report: Any) -> str:
+    """A failed phase's error as one line: the exception and the first line of its message."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = crash.message if crash is not None else str(getattr(report, "longrepr", "") or "")
+    first = text.strip().splitlines()[0] if text.strip() else "(no message)"
+    return first if len(first) <= ERROR_LINE_CHARS else first[: ERROR_LINE_CHARS - 3] + "..."
+
+
 def skip_reason(report: Any) -> str:
     longrepr = getattr(report, "longrepr", None)
     text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
@@ -103,6 +114,7 @@ class OutcomeRecord:
     # as pytest's summary line counts this test: its result, and its setup/teardown errors counted apart
     pytest_outcome: str | None = None
     pytest_errors: int = 0
+    phase_errors: list[str] = field(default_factory=list)  # "<setup|teardown>: <the error's first line>", one per error
 
     def add(self, report: Any) -> None:
         props = _properties(report.user_properties)
@@ -137,12 +149,13 @@ class OutcomeRecord:
         xfail = hasattr(report, "wasxfail")
         if report.when != "call" and report.failed:
             self.pytest_errors += 1
+            self.phase_errors.append(f"{report.when}: {error_line(report)}")
         elif report.when == "call" or report.skipped:
             self.pytest_outcome = ("xfail" if report.skipped else "xpass") if xfail else ("skip" if report.skipped else "fail" if report.failed else "pass")
 
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
-                "pytest_outcome": self.pytest_outcome, "pytest_errors": self.pytest_errors,
+                "pytest_outcome": self.pytest_outcome, "pytest_errors": self.pytest_errors, "phase_errors": list(self.phase_errors),
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
                 "divergent_clauses": dict(self.divergent) if self.outcome == "fail" else None,
                 "causes": list(self.causes) if self.outcome == "fail" else None,

@@ -35,8 +35,20 @@ def _ran(data: Mapping[str, Any]) -> list[str]:
     return [name for name in data["matrix"] if name in impls]
 
 
+TREE_OPTIONS = ("--sglang-live", "--sglang")  # their value is a path on the machine that ran: a page says TREE
+
+
 def _command(data: Mapping[str, Any]) -> str:
-    args = [a for a in data["run"]["pytest_args"]]
+    """The run's command as a reader reruns it: an SGLang tree's path (the run machine's) as TREE, its label kept."""
+    args, after_option = [], False
+    for arg in data["run"]["pytest_args"]:
+        option, equals, value = arg.partition("=")
+        if after_option or (equals and option in TREE_OPTIONS):
+            label = (value if equals else arg).rpartition("@")
+            tree = "TREE" + (f"@{label[2]}" if label[1] else "")
+            arg = f"{option}={tree}" if equals else tree
+        after_option = arg in TREE_OPTIONS
+        args.append(arg)
     return "pytest " + shlex.join(args)
 
 
@@ -56,7 +68,27 @@ def render(data: Mapping[str, Any], title: str | None = None) -> str:
     out += compact_matrix(data, [(impl, "cpu") for impl in impls]) + [""]
     for impl in impls:
         out += _implementation(data, impl)
+    out += phase_errors(data)
     return "\n".join(out) + "\n"
+
+
+def phase_errors(data: Mapping[str, Any]) -> list[str]:
+    """The errors pytest's summary counts apart (failed setups and teardowns), each distinct one with its tests."""
+    seen: dict[str, list[str]] = {}
+    for test in data["tests"]:
+        for line in test.get("phase_errors") or []:
+            seen.setdefault(line, []).append(test["nodeid"])
+    if not seen:
+        return []
+    out = ["## Errors at setup or teardown", "",
+           "pytest counts these beside each test's own result. A teardown here is the harness's closing check on every "
+           "instance the test made (conformance/oracles/lifecycle.py): each closed, no thread left running, no unexpected "
+           "exception on a background thread, the fence lock kept. So each is a finding on the implementation's close, "
+           "after the test's own verdict, which the rows above already count.", ""]
+    for line, tests in sorted(seen.items(), key=lambda item: -len(item[1])):
+        out.append(f"- {len(tests)} test(s): {line}")
+        out.append("  - " + ", ".join(f"`{t}`" for t in tests[:3]) + (" ..." if len(tests) > 3 else ""))
+    return out + [""]
 
 
 def _implementation(data: Mapping[str, Any], impl: str) -> list[str]:

@@ -37,9 +37,16 @@ def rejected(impl, fields: dict, clause: str) -> str:
     except ValueError as exc:
         message = str(exc)
     else:
-        pytest.fail(f"{clause}: {impl.name} accepted {fields}")
+        pytest.fail(f"{clause}: {impl.name} accepted {fields}{ignored(impl, fields)}")
     assert message and "\n" not in message, f"the error for {fields} must be one line, got {message!r}"
     return message
+
+
+def ignored(impl, fields: dict) -> str:
+    """Why the implementation accepted `fields`, where it declares a field it accepts and never reads (ADAPTERS.md)."""
+    declared = getattr(impl, "ignored_fields", None) or {}
+    causes = [f"{name} is accepted and ignored ({'; '.join(declared[name])})" for name in fields if name in declared and fields[name] != VALID.get(name)]
+    return f": {'; '.join(causes)}" if causes else ""
 
 
 @pytest.mark.weak("accepting valid fields is configuration plumbing, no rule of C1 or C2; each rejection test checks its own control")

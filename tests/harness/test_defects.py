@@ -106,6 +106,18 @@ def test_a_cause_without_an_event_joins_the_one_entry_of_its_clause_on_the_same_
     assert entry["implementations"] == [mamba, radix] and entry["also"] == ["L2"] and len(entry["tests"]) == 3
 
 
+def test_an_entry_is_headlined_by_a_real_trigger_over_an_injected_one():
+    mamba = LIVE[1]["name"]
+    thread = {"clause": "L5", "signature": "L5 thread prefetch_io_aux_thread", "thread": "prefetch_io_aux_thread", "sites": [], "excerpt": []}
+    injected = {**thread, "line": "L5: upstream's prefetch_io_aux_thread ended on InjectedFault: injected fault 'storage raises at KV batch 1'"}
+    short_read = {**thread, "line": "L5: upstream's prefetch_io_aux_thread ended on OSError: Short read for ab12__0_1 in _page_transfer "
+                                    "(prefetch of faulty); its loop catches only queue.Empty"}
+    tests = [failed("t.py::raising", mamba, injected["line"], causes=[injected]),
+             failed("t.py::truncated", mamba, short_read["line"], causes=[short_read])]
+    (entry,) = group(tests, LIVE)[0]
+    assert entry["sentence"].startswith("upstream's prefetch_io_aux_thread ended on OSError: Short read") and len(entry["tests"]) == 2
+
+
 def test_implementations_of_different_code_never_share_an_entry():
     tests = [failed("t.py::a[x]", "variant_a", "S6: served 16 tokens of another configuration"),
              failed("t.py::a[y]", "variant_b", "S6: served 16 tokens of another configuration")]

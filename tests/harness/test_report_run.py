@@ -95,3 +95,32 @@ def test_a_run_that_ends_is_not_interrupted_and_each_entry_names_its_rerun(pytes
              "--cache-impl adapters_under_test:good test_suite.py --clause D3")
     assert entry["clause"] == "D3" and f"- **rerun:** `{rerun}`" in markdown
     assert f"<p><em>Rerun:</em> <code>{rerun}</code></p>" in html
+
+
+TEARDOWN_ERROR = '''
+import pytest
+
+
+@pytest.fixture
+def closing_check():
+    yield
+    raise AssertionError("threads still running after close(): ['prefetch_thread']")
+
+
+@pytest.mark.clause("S1")
+def test_passes_then_its_close_fails(impl, closing_check):
+    pass
+'''
+
+
+def test_a_teardown_error_is_kept_with_its_line_and_explained_on_the_results_page(pytester):
+    from conformance.report.results import render
+
+    result, data, _, _ = run_with_report(pytester, TEARDOWN_ERROR)
+    (test,) = data["tests"]
+    assert (test["pytest_outcome"], test["pytest_errors"]) == ("pass", 1)
+    assert test["phase_errors"] == ["teardown: AssertionError: threads still running after close(): ['prefetch_thread']"]
+    page = render(data)
+    assert "## Errors at setup or teardown" in page and "the harness's closing check" in page
+    assert "- 1 test(s): teardown: AssertionError: threads still running after close(): ['prefetch_thread']" in page
+    assert "1 passed, 1 error" in page

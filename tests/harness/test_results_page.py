@@ -82,3 +82,11 @@ def test_a_teardown_error_counts_as_pytest_counts_it():
     records = [passed_then_error, setup_error, failed]
     assert [r.outcome for r in records] == ["fail", "fail", "fail"]
     assert outcome_totals({"tests": [r.as_json() for r in records]}) == "1 failed, 1 passed, 3 errors"
+
+
+def test_the_command_names_a_tree_as_tree_not_the_run_machines_path(live_shaped_report):
+    data = live_shaped_report()
+    data["run"]["pytest_args"] = ["conformance/", "-n", "2", "--sglang-live", "/home/ci/work/sglang-fork@9e9fde147", "-k", "sglang",
+                                  "--sglang=/tmp/other", "--conformance-report", "out/fork"]
+    first = render(data).splitlines()[4]
+    assert first == "- command: `pytest conformance/ -n 2 --sglang-live TREE@9e9fde147 -k sglang --sglang=TREE --conformance-report out/fork`"
