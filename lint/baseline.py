@@ -15,7 +15,7 @@ import os
 from collections import Counter
 from pathlib import Path, PurePath
 
-from lint.config import ConfigError
+from lint.errors import LintConfigError
 from lint.findings import Finding, fingerprint
 
 VERSION = 1
@@ -38,7 +38,7 @@ def write(file: Path, findings: list[Finding]) -> None:
     try:
         file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(str(file), f"cannot write the baseline: {exc.strerror or exc}") from None
+        raise LintConfigError(str(file), f"cannot write the baseline: {exc.strerror or exc}") from None
 
 
 def read(file: Path) -> Counter:
@@ -46,14 +46,14 @@ def read(file: Path) -> Counter:
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(display, "baseline file not found; create it with --write-baseline "
+        raise LintConfigError(display, "baseline file not found; create it with --write-baseline "
                                    f"{display}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(display, f"cannot read the baseline: {exc}") from None
+        raise LintConfigError(display, f"cannot read the baseline: {exc}") from None
     entries = document.get("findings") if isinstance(document, dict) else None
     if (not isinstance(document, dict) or document.get("version") != VERSION or not isinstance(entries, list)
             or not all(isinstance(e, dict) and isinstance(e.get("fingerprint"), str) for e in entries)):
-        raise ConfigError(display, f"not a hicache-lint baseline (expected version {VERSION} with a "
+        raise LintConfigError(display, f"not a hicache-lint baseline (expected version {VERSION} with a "
                                    f"findings list of fingerprints); write one with --write-baseline")
     return Counter(e["fingerprint"] for e in entries)
 

@@ -151,7 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import dataclasses
 
-    from lint.config import ConfigError
+    from lint.errors import LintConfigError
     from lint.findings import FileError
     from lint.report import WRITERS
     from lint.result import Result, plural
@@ -159,7 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         result = _run(args)
-    except ConfigError as exc:
+    except LintConfigError as exc:
         # machine formats still get a document that carries the error
         result = Result(errors=[FileError(exc.source, exc.message)])
     result.exit_zero = args.exit_zero or args.write_baseline is not None

@@ -20,6 +20,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the backport
     except ModuleNotFoundError:
         toml = None  # type: ignore[assignment]
 
+from lint.errors import LintConfigError
+
 SECTION = "hicache-lint"
 # Both upstream architectures: the fork's vote per check and 0.5.2x's ACK drain.
 DEFAULT_METHODS = ("can_terminate_prefetch", "_can_terminate_prefetch")
@@ -46,15 +48,6 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IMPL = re.compile(r"^(?P<path>[^:]+)::(?P<cls>[A-Za-z_][\w.]*)\.(?P<method>[A-Za-z_]\w*)$")
 SELECTOR = re.compile(r"^(ALL|[A-Z]+[0-9]*|[a-z][a-z0-9-]*)$")
-
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the field, the value and what is accepted."""
-
-    def __init__(self, source: str, message: str) -> None:
-        super().__init__(f"{source}: error: {message}")
-        self.source = source
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -136,8 +129,8 @@ class _Table:
     def __init__(self, table: dict, source: str, where: str, prefix: str = "") -> None:
         self.table, self.source, self.where, self.prefix = table, source, where, prefix
 
-    def fail(self, message: str) -> ConfigError:
-        return ConfigError(self.source, f"{self.where} {message}")
+    def fail(self, message: str) -> LintConfigError:
+        return LintConfigError(self.source, f"{self.where} {message}")
 
     def check_keys(self, known: tuple[str, ...]) -> None:
         for key in self.table:
@@ -189,13 +182,13 @@ def _implementation(source: str, item: Any, defaults: dict[str, tuple[str, ...]]
     where = f"[tool.{SECTION}] implementations: entry {item!r}"
     table = {"method": item} if isinstance(item, str) else item
     if not isinstance(table, dict):
-        raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
+        raise LintConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
     read = _Table(table, source, where + ":", "implementations.")
     read.check_keys(IMPLEMENTATION_KEYS)
     target = table.get("method")
     match = _IMPL.match(target) if isinstance(target, str) else None
     if match is None:
-        raise ConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
+        raise LintConfigError(source, f"{where} is not valid; accepted: {_IMPL_ACCEPTED}")
     guard = table.get("guard")
     if "guard" in table and guard not in GUARD_PLACES:
         raise read.fail(f"guard = {guard!r}: expected one of " + ", ".join(GUARD_PLACES))
@@ -236,7 +229,7 @@ def _selection(read: _Table) -> dict[str, Any]:
 
 def from_table(table: Any, source: str, root: Path, config_path: Optional[Path]) -> Config:
     if not isinstance(table, dict):
-        raise ConfigError(source, f"[tool.{SECTION}] must be a table, got {table!r}")
+        raise LintConfigError(source, f"[tool.{SECTION}] must be a table, got {table!r}")
     read = _Table(table, source, f"[tool.{SECTION}]")
     read.check_keys(KNOWN_KEYS)
     base = Config()
@@ -272,14 +265,14 @@ def from_table(table: Any, source: str, root: Path, config_path: Optional[Path])
 
 def read_toml(path: Path, display: str) -> dict:
     if toml is None:  # pragma: no cover
-        raise ConfigError(display, "reading TOML needs Python >= 3.11 or the 'tomli' package")
+        raise LintConfigError(display, "reading TOML needs Python >= 3.11 or the 'tomli' package")
     try:
         with path.open("rb") as handle:
             return toml.load(handle)
     except OSError as exc:
-        raise ConfigError(display, f"cannot read configuration: {exc.strerror or exc}") from None
+        raise LintConfigError(display, f"cannot read configuration: {exc.strerror or exc}") from None
     except toml.TOMLDecodeError as exc:
-        raise ConfigError(display, f"invalid TOML: {exc}") from None
+        raise LintConfigError(display, f"invalid TOML: {exc}") from None
 
 
 def section_of(data: dict) -> Optional[Any]:
@@ -291,9 +284,9 @@ def load_file(path: Path) -> Config:
     """Load an explicitly named configuration file (`--config`)."""
     display = str(path)
     if not path.is_file():
-        raise ConfigError(display, "configuration file not found")
+        raise LintConfigError(display, "configuration file not found")
     table = section_of(read_toml(path, display))
     if table is None:
-        raise ConfigError(display, f"no [tool.{SECTION}] table in this file")
+        raise LintConfigError(display, f"no [tool.{SECTION}] table in this file")
     return from_table(table, display, path.resolve().parent, path.resolve())
 

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from lint.config import SECTION, Config, ConfigError, from_table, read_toml, section_of
+from lint.config import SECTION, Config, from_table, read_toml, section_of
+from lint.errors import LintConfigError
 
 
 def repo_root(start: Path) -> Optional[Path]:
@@ -47,7 +48,7 @@ def _below_root(root: Path) -> Optional[Config]:
     found = [c for c in (_table_at(p) for p in sorted(root.glob("*/pyproject.toml"))) if c is not None]
     if len(found) > 1:
         names = ", ".join(str(c.source) for c in found)
-        raise ConfigError(str(root), f"several pyproject.toml files below the repository root have a "
+        raise LintConfigError(str(root), f"several pyproject.toml files below the repository root have a "
                                      f"[tool.{SECTION}] table ({names}); pass --config to choose one")
     return found[0] if found else None
 
@@ -68,7 +69,7 @@ def find(paths: Iterable[str], cwd: Optional[Path] = None) -> Config:
         if found is None:
             continue
         if chosen is not None and found.source != chosen.source:
-            raise ConfigError(str(found.source), (
+            raise LintConfigError(str(found.source), (
                 f"the paths given fall under two [tool.{SECTION}] tables ({chosen.source} and "
                 f"{found.source}); lint them in separate runs, or pass --config"))
         chosen = chosen or found

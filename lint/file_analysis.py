@@ -19,6 +19,7 @@ from lint.analysis.commit import analyze_commit
 from lint.analysis.commit_state import Signals
 from lint.architecture import implementation
 from lint.config import Config
+from lint.errors import LintError
 from lint.findings import FileError
 from lint.locate import MethodSite
 from lint.pools import ClassPools
@@ -40,7 +41,7 @@ class FileAnalysis:
             method.release()
 
 
-class Unparsable(Exception):
+class Unparsable(LintError):
     pass
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lint.api import lint_paths
+from lint.errors import LintError
 
 MEM_CACHE = "python/sglang/srt/mem_cache"
 # SGLang's layout: the three implementations, and the folders whose files the
@@ -33,7 +34,7 @@ DEFAULT_CODES = ("HC101", "HC102", "HC103")
 GIT_TIMEOUT_S = 120
 
 
-class UsageError(Exception):
+class UsageError(LintError):
     """One line for the user: what was wrong with the input."""
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Iterable, Optional
 
-from lint.config import SECTION, Config, ConfigError
+from lint.config import SECTION, Config
+from lint.errors import LintConfigError
 from lint.rules import RULES_BY_CODE, RULES_BY_NAME
 
 ACCEPTED = "rule codes " + ", ".join(sorted(RULES_BY_CODE)) + ", their prefixes (HC1), ALL, or their names"
@@ -27,7 +28,7 @@ def codes_of(selectors: Iterable[str], where: str, source: str) -> frozenset[str
             continue
         matched = {c for c in RULES_BY_CODE if selector == "ALL" or c.startswith(selector)}
         if not matched:
-            raise ConfigError(source, f"{where}: unknown rule {selector!r}; accepted: {ACCEPTED}")
+            raise LintConfigError(source, f"{where}: unknown rule {selector!r}; accepted: {ACCEPTED}")
         codes |= matched
     return frozenset(codes)
 
@@ -71,7 +72,7 @@ def selection(config: Config, select: Optional[Iterable[str]] = None, extend_sel
     source = str(config.source) if config.source else "pyproject.toml"
     table = f"[tool.{SECTION}]"
     if config.select == ():  # it would run no rule and still report every file clean
-        raise ConfigError(source, f"{table} select = []: selects no rule; accepted: at least one of {ACCEPTED} "
+        raise LintConfigError(source, f"{table} select = []: selects no rule; accepted: at least one of {ACCEPTED} "
                                   "(leave select out to check every rule)")
     chosen = codes_of(config.select, f"{table} select", source) if config.select is not None else frozenset(RULES_BY_CODE)
     if select is not None:

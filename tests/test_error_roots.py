@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import ConformanceError
+from lint.errors import LintError
 from spec.errors import CacheError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +19,7 @@ ROOTS = {
     "spec": (CacheError,),
     "caches": (CacheError,),
     "conformance": (ConformanceError, CacheError),  # CacheError: a bad input to the harness is spec's ConfigError
+    "lint": (LintError,),
 }
 
 

@@ -10,7 +10,8 @@ import pytest
 from lint import config as config_mod
 from lint import config_search
 from lint.api import lint_repo, lint_source
-from lint.config import Config, ConfigError, Implementation
+from lint.config import Config, Implementation
+from lint.errors import LintConfigError
 from lint.selection import selection
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +85,7 @@ def test_discovery_starts_from_the_linted_files(tmp_path, run_cli):
     (other / "a.py").write_text("x = 1\n")
     proc = run_cli("python/pkg/cache.py", "other/a.py", cwd=tmp_path)
     assert proc.returncode == 2 and "fall under two [tool.hicache-lint] tables" in proc.errors, proc.stderr
-    with pytest.raises(ConfigError, match="several pyproject.toml files below the repository root"):
+    with pytest.raises(LintConfigError, match="several pyproject.toml files below the repository root"):
         config_search.find([], tmp_path)
 
 
@@ -122,7 +123,7 @@ def test_discovery_starts_from_the_linted_files(tmp_path, run_cli):
 )
 def test_invalid_values_name_field_value_and_accepted(tmp_path, body, fragments):
     path = write_pyproject(tmp_path, body)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(LintConfigError) as info:
         config_mod.load_file(path)
     message = str(info.value)
     assert "\n" not in message
@@ -139,7 +140,7 @@ def test_invalid_values_name_field_value_and_accepted(tmp_path, body, fragments)
 ])
 def test_unknown_rules_are_named_when_the_selection_is_resolved(tmp_path, body, fragments):
     path = write_pyproject(tmp_path, body)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(LintConfigError) as info:
         selection(config_mod.load_file(path))
     assert str(info.value).startswith(f"{path}: error: ")
     assert all(fragment in str(info.value) for fragment in fragments), str(info.value)
@@ -171,13 +172,13 @@ def test_implementation_tables(tmp_path):
 def test_invalid_toml_and_missing_table(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[tool.hicache-lint\n")
-    with pytest.raises(ConfigError, match="invalid TOML"):
+    with pytest.raises(LintConfigError, match="invalid TOML"):
         config_mod.load_file(bad)
     empty = tmp_path / "empty.toml"
     empty.write_text("[tool.other]\nx = 1\n")
-    with pytest.raises(ConfigError, match=r"no \[tool.hicache-lint\] table"):
+    with pytest.raises(LintConfigError, match=r"no \[tool.hicache-lint\] table"):
         config_mod.load_file(empty)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(LintConfigError, match="not found"):
         config_mod.load_file(tmp_path / "absent.toml")
 
 
