@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # importing this module stays light: a harness process that o
 # Small elements keep the suite fast; shapes and dtypes still differ per pool.
 KV_ELEM = (2, 4)
 # CacheEnv.kv_format -> (dtype, KV element shape): another configuration's pages, differing in one respect only.
-KV_FORMATS = {"default": ("float32", KV_ELEM), "dtype": ("bfloat16", KV_ELEM), "layout": ("float32", (2, 2))}
+# 'layout': a token's 8 values as 4 x 2 instead of 2 x 4, the same bytes per page in another order.
+KV_FORMATS = {"default": ("float32", KV_ELEM), "dtype": ("bfloat16", KV_ELEM), "layout": ("float32", (4, 2))}
 INDEXER_ELEM = (3,)
 STATE_ELEM = (6,)
 SWA_ELEM = (2, 3)
@@ -168,7 +169,7 @@ class BuiltinAdapter:
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "hold_points"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "hold_points"})
 
 
 def hiradix() -> BuiltinAdapter:

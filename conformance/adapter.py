@@ -49,7 +49,8 @@ CAPABILITIES = {
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
     "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
-    "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype') or only in per-token layout ('layout')",
+    "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype')",
+    "host_layouts": "builds a cache whose KV pages hold the same bytes as its default's in another order (env.kv_format 'layout': another host memory layout)",
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 
@@ -75,7 +76,9 @@ def adapter_page_size(adapter: Any) -> int:
 KV_FORMATS = {
     "default": "the adapter's own format",
     "dtype": "the same per-token layout, another dtype",
-    "layout": "the same dtype, another per-token element shape (heads or head size)",
+    # A deployment switches it with one flag: upstream's --hicache-mem-layout (layer_first, page_first) stores a page's
+    # bytes in another order; the same bytes per page, so nothing but the format's name tells the two apart.
+    "layout": "the same dtype and bytes per page, stored in another order (another host memory layout)",
 }
 
 

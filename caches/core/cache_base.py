@@ -113,10 +113,7 @@ class HierarchicalCache:
         self.token_pools, self.state_pools, self.window_pools = pools.token_pools, pools.state_pools, pools.window_pools
         self.slots = SlotAccounting(self.name, slot_groups(config, pools), self.trace)
         # Storage first: a bad storage_path is refused before any thread starts.
-        self.storage_namespace = StorageNamespace.of(
-            model_name=config.model_name, page_size=config.page_size, specs=self.specs,
-            world_size=self.world_size, rank=self.rank,
-        )
+        self.storage_namespace = self.namespace_of(config)
         # An injected backend is the caller's: it chooses its own namespace.
         self.storage = storage if storage is not None else open_storage(config, self.storage_namespace)
         # On CPU, copies run on a worker thread playing the copy stream, so that a
@@ -302,6 +299,11 @@ class HierarchicalCache:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def namespace_of(self, config: CacheConfig) -> StorageNamespace:
+        """Whose pages this cache may read: every format field of its pools, the page size and the ranks (S6)."""
+        return StorageNamespace.of(model_name=config.model_name, page_size=config.page_size, specs=self.specs,
+                                   world_size=self.world_size, rank=self.rank)
 
     def close(self) -> None:
         """Stop every thread this cache started; raises naming any that did not stop.

@@ -14,6 +14,7 @@ from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
+from caches.variants.namespace_ignores_layout import namespace_ignores_layout
 from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
@@ -32,11 +33,12 @@ EXPECTED_FAILURES = {
     "window_unchecked": ("F10",),
     "window_agreed_locally": ("F10",),
     "extra_vote_on_one_group": ("L3",),
+    "namespace_ignores_layout": ("S6",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
-ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked"})
+ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked", "namespace_ignores_layout"})
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
-           "EXPECTED_FAILURES", "ONLY_THESE"]
+           "namespace_ignores_layout", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -124,9 +124,16 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
         out["rank_local_abort_clock"] = (False, (agreed.cite(tree, "timeout aborts are polled on one rank and enter the broadcast input, "
                                                                    "so every rank drops the same requests in the same iteration"),))
     shared = find(tree, STORAGE, r"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
+    default_dir = find(tree, STORAGE, r"file_path: str = \"/tmp/hicache\"")
+    unnamed = find(tree, STORAGE, r"TODO: Include KV dtype and stored layout in keys")
     if shared:
-        out["shared_storage_across_configs"] = (True, (shared.cite(tree, "HiCacheFile's directory is a deployment setting any server "
-                                                                       "of the model may share"),))
+        out["shared_storage_across_configs"] = (True, (
+            *([unnamed.cite(tree, "upstream's own TODO: the keys name neither the KV dtype nor the stored layout, and a raw page "
+                                  "file does not describe its format")] if unnamed else []),
+            shared.cite(tree, "HiCacheFile's directory is a deployment setting any server of the model may share"
+                              + (", and by default one directory (/tmp/hicache) for every server on the machine, kept across "
+                                 "restarts, whatever KV dtype or host layout each runs with" if default_dir else "")),
+        ))
     return out
 
 

@@ -20,8 +20,11 @@ from spec.fence import HitPolicy
 
 LAYERS, HEADS, HEAD_DIM = 2, 1, 4
 DTYPE = torch.float32  # per token: k and v, per layer, HEADS x head size
-# CacheEnv.kv_format -> (KV dtype, head size): the page format another server of the same model could store.
-KV_FORMATS = {"default": (DTYPE, HEAD_DIM), "dtype": (torch.bfloat16, HEAD_DIM), "layout": (DTYPE, HEAD_DIM // 2)}
+# CacheEnv.kv_format -> (KV dtype, head size): the page format another server of the same model could store. No
+# 'layout' (host_layouts is not declared): under the direct IO backend the harness drives on CPU, upstream allows
+# layer_first and page_first_direct host layouts only, and HiCacheFile stores both pages in one byte order
+# (memory_pool_host.get_data_page); the layouts that store another order need the kernel IO backend.
+KV_FORMATS = {"default": (DTYPE, HEAD_DIM), "dtype": (torch.bfloat16, HEAD_DIM)}
 
 
 class Rows(Protocol):

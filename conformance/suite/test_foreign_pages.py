@@ -1,8 +1,10 @@
 """Pages of another configuration: two caches whose KV format differs in one respect share one storage directory.
 
 The production failure class itself: a server reads pages another server
-stored for the same tokens in another format (a KV cache dtype, a head
-layout, a page size) and serves them as its own. The reader never stored
+of the same model stored for the same tokens in another format and serves
+them as its own. Each case is one a deployment produces by one setting: a
+KV cache dtype, a host memory layout (the same bytes per page in another
+order), a page size. The reader never stored
 anything, so any token it serves from those pages is foreign (S6): a
 correct reader finds a miss, whatever the writer left in storage.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.adapter import KV_FORMATS
 from conformance.scenarios.workload import drive, request_data, request_tokens, store
 from spec.config import TerminationConfig
 
@@ -26,7 +29,7 @@ def _reader_env(differs: str, page_size: int) -> dict:
 @pytest.mark.precondition("shared_storage_across_configs")
 @pytest.mark.clause("S6")
 @pytest.mark.parametrize("differs", [pytest.param("dtype", marks=pytest.mark.needs("kv_formats")),
-                                     pytest.param("layout", marks=pytest.mark.needs("kv_formats")),
+                                     pytest.param("layout", marks=pytest.mark.needs("host_layouts")),
                                      pytest.param("page_size", marks=pytest.mark.needs("page_sizes"))])
 def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_path, differs, page_size):
     shared = tmp_path / "shared-storage"
@@ -42,5 +45,6 @@ def test_pages_of_another_configuration_are_misses(impl, make_cache, trace, tmp_
         drive(reader, ["r1"], max_steps=3, trace=trace)
         served = reader.load_back(tokens).tokens
     assert served == 0, (
-        f"S6: a cache whose KV pages differ from the writer's only in {differs} ({formats}) served {served} tokens from the "
+        f"S6: a cache whose KV pages differ from the writer's only in {differs} "
+        f"({KV_FORMATS.get(differs, 'twice the page size')}; {formats}) served {served} tokens from the "
         f"writer's pages in the shared storage: another configuration's bytes, read as its own")

@@ -57,6 +57,9 @@ RUNS = {
     "swa_window": Selection("not 4ranks", ("window_unchecked",), "unified_radix_swa"),
     # A window attached on the ranks that loaded it only: two ranks serve different prefixes.
     "swa_ranks": Selection("test_every_rank_serves_the_same_prefix", ("window_agreed_locally",), "unified_radix_swa"),
+    # Pages of another host layout (the same bytes in another order) under one namespace: the whole
+    # single-rank suite, so that S6 alone failing means the namespace is all that changed.
+    "foreign_layout": Selection("not 2ranks and not 4ranks and not 2x2", ("namespace_ignores_layout",), None),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }
