@@ -20,7 +20,7 @@ from conformance.live.evidence import EXTRA_CONFIG_KEYS
 from conformance.live.runtime import Runtime
 
 
-def server_args_fields(env: CacheEnv, host_ratio: float) -> dict[str, Any]:
+def server_args_fields(env: CacheEnv, host_ratio: float, mem_layout: str = "layer_first") -> dict[str, Any]:
     """The ServerArgs fields a user sets for this environment (hicache_* and the storage backend's extra config)."""
     t = env.termination
     extra = {
@@ -32,7 +32,7 @@ def server_args_fields(env: CacheEnv, host_ratio: float) -> dict[str, Any]:
     return dict(
         device="cpu", page_size=t.page_size,
         enable_hierarchical_cache=True, hicache_ratio=host_ratio, hicache_size=0,
-        hicache_io_backend="direct", hicache_mem_layout="layer_first",
+        hicache_io_backend="direct", hicache_mem_layout=mem_layout,
         hicache_write_policy=env.write_policy, hicache_storage_backend="file",
         hicache_storage_prefetch_policy=t.policy.value,
         hicache_storage_backend_extra_config=json.dumps(extra),
@@ -44,9 +44,10 @@ def host_ratio(host_pages: int, device_pages: int, page_size: int) -> float:
     return ((host_pages - 1) * page_size + 0.5) / (device_pages * page_size)
 
 
-def server_args_without_model(runtime: Runtime, env: CacheEnv, ratio: float) -> Any:
+def server_args_without_model(runtime: Runtime, env: CacheEnv, ratio: float, mem_layout: str = "layer_first") -> Any:
     """The fork's ServerArgs, its model resolution skipped (the server-args-without-model shim)."""
-    return shims.server_args_without_model(runtime.server_args_cls, model_path="conformance-live", **server_args_fields(env, ratio))
+    return shims.server_args_without_model(runtime.server_args_cls, model_path="conformance-live",
+                                           **server_args_fields(env, ratio, mem_layout))
 
 
 # Spec-named termination fields -> where a user of upstream sets them.

@@ -149,6 +149,16 @@ def page_size_of(tree: SglangTree, layout: Layout) -> tuple[int | None, tuple[st
     return None, ()
 
 
+def host_layout_of(tree: SglangTree, layout: Layout) -> tuple[str | None, tuple[str, ...]]:
+    """(the host memory layout the layout's build demands, evidence); (None, ()) where it fixes none or the line is not found."""
+    rule = layout.host_layout_rule
+    hit = find(tree, rule.file, rule.pattern, within=rule.within) if rule is not None else None
+    if hit is None:
+        return None, ()
+    name = re.search(rule.pattern, hit.text).group(1)
+    return name, (hit.cite(tree, f"{rule.why}: the build runs with hicache_mem_layout={name}"),)
+
+
 def _in_branch(tree: SglangTree, rel: str, line: int, header: str) -> bool:
     """Whether the line sits in the body of a branch whose header matches `header` (the nearest less-indented line above it)."""
     lines = _lines(tree, rel)

@@ -52,6 +52,17 @@ class PageSizeRule:
 
 
 @dataclass(frozen=True)
+class HostLayoutRule:
+    """The host memory layout a build demands, read from the tree: the first match of `pattern` (one group, the layout's
+    name) in `within`'s body. Without one, a session runs upstream's layer_first, as a user of the direct IO backend does."""
+
+    file: str  # under sglang/
+    within: str  # the class whose body holds it
+    pattern: str
+    why: str  # what the line says, for the evidence
+
+
+@dataclass(frozen=True)
 class Layout:
     key: str  # unique among layouts: the row's name, with '/<line>' where builds of one row belong to different release lines
     class_name: str  # upstream's class
@@ -68,6 +79,8 @@ class Layout:
     kv_rank_replicated: bool = False
     # Where the tree's code fixes the page size this build runs at (None: the harness's default page size).
     page_size_rule: "PageSizeRule | None" = None
+    # Where the tree's code fixes the host memory layout (None: layer_first).
+    host_layout_rule: "HostLayoutRule | None" = None
 
     @property
     def row(self) -> str:

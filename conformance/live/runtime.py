@@ -65,8 +65,10 @@ OPTIONAL_MODULES = {
 CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache")
 # Modules whose `time.perf_counter` is the harness's clock: the 0.5.2x prefetch wait timer.
 PERF_CLOCKED = ("poll_timer",)
-# 0.5.2x's host-pool modules, whose page-first copies are plain index copies too (the page-first-direct-copy shim).
-PAGE_FIRST_COPY_MODULES = ("pool_host_mha", "pool_host_mamba")
+# Host-pool modules whose page-first copies are plain index copies too (the page-first-direct-copy shim): 0.5.2x's, and
+# the fork line's, where a build that demands page_first_direct (0.5.14's MambaPoolHost) holds k and v as
+# [pages, layers, page size, ...] alike.
+PAGE_FIRST_COPY_MODULES = ("pool_host_mha", "pool_host_mamba", "memory_pool_host")
 
 
 class LiveImportError(ConfigError):

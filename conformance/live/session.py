@@ -88,9 +88,13 @@ class LiveSession:
     def configure(self, host_ratio: float) -> tuple[Any, Any]:
         """Join upstream's process group and set its server args as a user would: (TP cpu group, ServerArgs)."""
         group = ensure_process_group(self.runtime, self.env.rank, self.env.world_size)
-        args = configuration.server_args_without_model(self.runtime, self.env, host_ratio)
+        args = configuration.server_args_without_model(self.runtime, self.env, host_ratio, self.mem_layout())
         self.runtime.modules["server_args"].set_global_server_args_for_scheduler(args)
         return group, args
+
+    def mem_layout(self) -> str:
+        """The host memory layout the build runs with (a layout whose code demands another overrides it)."""
+        return "layer_first"
 
     def build(self) -> Any:
         """Build upstream's device tier and cache; set self.kv, self.allocator, self.kv_host and self.sidecars."""

@@ -8,6 +8,7 @@ with upstream's available_size()/size is `accounting`.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,6 +59,13 @@ class MhaRows:
         pool = self.device_pool
         return torch.stack([torch.stack([pool.k_buffer[l][slots] for l in range(LAYERS)], 1),
                             torch.stack([pool.v_buffer[l][slots] for l in range(LAYERS)], 1)], 1)
+
+
+def build(cls: Any, *args: Any, off: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """cls(*args, **kwargs), plus each of `off` (an option left at its off value) that this release's constructor has:
+    a release that dropped an option the harness turns off builds as its own scheduler builds it."""
+    accepted = inspect.signature(cls).parameters
+    return cls(*args, **kwargs, **{name: value for name, value in (off or {}).items() if name in accepted})
 
 
 def kv_format(env: CacheEnv) -> tuple[torch.dtype, int]:

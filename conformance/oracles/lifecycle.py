@@ -20,14 +20,16 @@ def background_errors(instance: Any) -> list[str]:
     return [str(error) for error in report()] if callable(report) else []
 
 
-def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), errors_expected: Iterable[Any] = (), traces: Iterable[Any] = ()) -> None:
+def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), errors_expected: Iterable[Any] = (), traces: Iterable[Any] = (),
+                    already_reported: str = "") -> None:
     """Release every gate (a parked thread keeps close() from finishing), close every instance, then check.
 
     Every instance is closed even when an earlier close raised (the first
     such error is raised after the rest closed). Then: no thread an instance
     started may still run, and no instance outside `errors_expected` (whose
     test planted a bug and checked the error itself) may report a background
-    error.
+    error. A background error the test's own failure already states
+    (`already_reported`, its message) is that finding, not a second one.
     """
     __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     instances = list(instances)
@@ -47,7 +49,8 @@ def close_and_check(instances: Iterable[Any], *, gates: Iterable[Any] = (), erro
     leftovers = sorted(t.name for t in threads if t.is_alive())
     assert not leftovers, f"threads still running after close(): {leftovers}"
     expected = {id(instance) for instance in errors_expected}
-    failed = [error for instance in instances if id(instance) not in expected for error in background_errors(instance)]
+    failed = [error for instance in instances if id(instance) not in expected for error in background_errors(instance)
+              if error not in already_reported]
     assert not failed, f"unexpected exceptions on background threads (bugs, not storage faults): {failed}"
     assert_fence_lock_kept(traces)
 

@@ -49,6 +49,8 @@ __all__ = [
     "device", "require_fixture", "harness", "profile", "page_size", "clock", "trace", "gate", "make_cache",
 ]
 
+# The test's own failure, as its exception says it: the teardown check does not report it a second time.
+CALL_FAILURE = pytest.StashKey[str]()
 _PARAMETRIZED = pytest.StashKey[bool]()  # a definition seen twice (this module loaded globally and by the conftest)
 
 
@@ -137,6 +139,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report = yield
     except Exception as exc:
         report = unformatted_report(item, call, exc)
+    if call.when == "call" and report.failed and call.excinfo is not None:
+        item.stash[CALL_FAILURE] = str(call.excinfo.value)
     if report.failed and call.excinfo is not None and not any(p == PROP_FAILED for p, *_ in report.user_properties):
         annotate_failure(report, call.excinfo, item)  # the clauses and causes it names; its output leads with them
     if call.when == "teardown":
@@ -254,4 +258,4 @@ def make_cache(impl, device, clock, trace, gate, page_size, tmp_path: Path, requ
 
     make.page_size = default_page_size  # what helpers that take make_cache size their requests by
     yield make
-    close_and_check(sessions, gates=[gate], traces=traces)
+    close_and_check(sessions, gates=[gate], traces=traces, already_reported=request.node.stash.get(CALL_FAILURE, ""))

@@ -115,6 +115,7 @@ class OutcomeRecord:
     pytest_outcome: str | None = None
     pytest_errors: int = 0
     phase_errors: list[str] = field(default_factory=list)  # "<setup|teardown>: <the error's first line>", one per error
+    unnamed_failure: str | None = None  # the first line of a failing call that named no clause (what kept it from being judged)
 
     def add(self, report: Any) -> None:
         props = _properties(report.user_properties)
@@ -142,6 +143,8 @@ class OutcomeRecord:
                     self.divergent.pop(clause, None)
             for clause, line in named.items():
                 self.failed_clauses.setdefault(clause, line)
+            if not named and report.when == "call" and self.unnamed_failure is None:
+                self.unnamed_failure = error_line(report)
             self.causes += [c for c in read_causes(report.user_properties) or [] if c not in self.causes]
 
     def _count_as_pytest(self, report: Any) -> None:
@@ -156,6 +159,7 @@ class OutcomeRecord:
     def as_json(self) -> dict:
         return {"nodeid": self.nodeid, "impl": self.impl, "device": self.device, "clauses": list(self.clauses),
                 "pytest_outcome": self.pytest_outcome, "pytest_errors": self.pytest_errors, "phase_errors": list(self.phase_errors),
+                "unnamed_failure": self.unnamed_failure if self.outcome == "fail" and not self.failed_clauses else None,
                 "outcome": self.outcome, "failed_clauses": dict(self.failed_clauses) if self.outcome == "fail" else None,
                 "divergent_clauses": dict(self.divergent) if self.outcome == "fail" else None,
                 "causes": list(self.causes) if self.outcome == "fail" else None,

@@ -97,6 +97,7 @@ def _implementation(data: Mapping[str, Any], impl: str) -> list[str]:
     declared = data.get("declarations", {}).get(impl, {})
     counts = ", ".join(_count(sum(1 for v in row.values() if v == verdict), heading.lower()) for verdict, heading in SECTIONS)
     out = [f"## {impl}", "", f"{counts}; {sum(1 for v in row.values() if v == 'pass')} pass.", "", verdict_summary(row), ""]
+    out += unjudged_failures(data, impl)
     if declared:
         out.append(f"- profile: `{declared['profile']}` ({declared['profile_title']})" + ("" if declared["profile_declared"] else ", not declared: the spec's own"))
         out += [f"  - {line}" for line in declared["profile_evidence"]]
@@ -121,6 +122,20 @@ def _implementation(data: Mapping[str, Any], impl: str) -> list[str]:
                 out.append(f"  - {len(tests)} test(s) name it: " + ", ".join(f"`{t}`" for t in tests[:4]) + (" ..." if len(tests) > 4 else ""))
         out.append("")
     return out
+
+
+def unjudged_failures(data: Mapping[str, Any], impl: str) -> list[str]:
+    """Failed tests that named no clause: the row above does not judge them, and the page says so, with what stopped them."""
+    lines: dict[str, int] = {}
+    for test in data["tests"]:
+        if test["impl"] == impl and test["outcome"] == "fail" and not test.get("failed_clauses"):
+            line = test.get("unnamed_failure") or "(no message recorded)"
+            lines[line] = lines.get(line, 0) + 1
+    if not lines:
+        return []
+    out = [f"**{sum(lines.values())} failed test(s) named no clause**, so the row above does not judge them; what stopped them:", ""]
+    out += [f"- {n} test(s): `{line}`" for line, n in sorted(lines.items(), key=lambda item: -item[1])[:5]]
+    return out + [""]
 
 
 def _count(n: int, label: str) -> str:

@@ -134,3 +134,36 @@ def test_a_tree_whose_code_no_longer_says_so_declares_nothing(tmp_path):
     assert deployment_of(tree) == {}
     (adapter,) = adapters_for(tree)
     assert adapter.profile is None and adapter.deployment == {}
+
+
+MAMBA_HOST_POOL = '''
+class MambaPoolHost(HostKVCache):
+    def __init__(self, device_pool, host_size, pin_memory=True, device="cpu", allocator_type="default", layout="layer_first"):
+        # TODO: Mamba pool is currently incompatible with write-back staging kernel.
+        if layout != "page_first_direct":
+            raise ValueError(
+                f"MambaPoolHost only supports layout='page_first_direct', "
+                f"got '{layout}'."
+            )
+'''
+
+
+def test_a_host_pool_that_takes_one_layout_sets_the_build_s_host_layout(tmp_path):
+    from conformance.live.evidence import host_layout_of
+    from conformance.live.layouts import BY_KEY
+
+    tree = locate(str(tree_of(tmp_path, {"srt/mem_cache/memory_pool_host.py": MAMBA_HOST_POOL})))
+    layout, why = host_layout_of(tree, BY_KEY["HiMambaRadixCache"])
+    assert layout == "page_first_direct"
+    assert why[0].startswith("python/sglang/srt/mem_cache/memory_pool_host.py:5: MambaPoolHost refuses every other host memory layout: "
+                             "the build runs with hicache_mem_layout=page_first_direct")
+    assert host_layout_of(tree, BY_KEY["HiRadixCache"]) == (None, ())  # no rule: layer_first
+
+
+def test_a_host_pool_taking_any_layout_fixes_none(tmp_path):
+    from conformance.live.evidence import host_layout_of
+    from conformance.live.layouts import BY_KEY
+
+    free = "class MambaPoolHost(HostKVCache):\n    def __init__(self, device_pool, host_size, layout='layer_first'):\n        self.layout = layout\n"
+    tree = locate(str(tree_of(tmp_path, {"srt/mem_cache/memory_pool_host.py": free})))
+    assert host_layout_of(tree, BY_KEY["HiMambaRadixCache"]) == (None, ())

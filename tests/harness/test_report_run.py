@@ -124,3 +124,24 @@ def test_a_teardown_error_is_kept_with_its_line_and_explained_on_the_results_pag
     assert "## Errors at setup or teardown" in page and "the harness's closing check" in page
     assert "- 1 test(s): teardown: AssertionError: threads still running after close(): ['prefetch_thread']" in page
     assert "1 passed, 1 error" in page
+
+
+UNBUILDABLE = '''
+import pytest
+
+
+@pytest.mark.clause("S1")
+def test_cannot_build(impl):
+    raise ValueError("MambaPoolHost only supports layout='page_first_direct', got 'layer_first'.")
+'''
+
+
+def test_a_failure_naming_no_clause_is_said_on_the_results_page_with_its_error(pytester):
+    from conformance.report.results import render
+
+    _, data, _, _ = run_with_report(pytester, UNBUILDABLE)
+    (test,) = data["tests"]
+    assert test["unnamed_failure"] == "ValueError: MambaPoolHost only supports layout='page_first_direct', got 'layer_first'."
+    page = render(data)
+    assert "**1 failed test(s) named no clause**, so the row above does not judge them" in page
+    assert "- 1 test(s): `ValueError: MambaPoolHost only supports layout='page_first_direct', got 'layer_first'.`" in page

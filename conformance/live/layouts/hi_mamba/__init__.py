@@ -1,6 +1,6 @@
 """The fork's HiMambaRadixCache: full-attention KV and one mamba state per prefix end (TRAILING_PAGES, a host slot of its own)."""
 
-from conformance.live.layout import Layout
+from conformance.live.layout import HostLayoutRule, Layout
 
 LAYOUT = Layout(
     key="HiMambaRadixCache",
@@ -15,4 +15,7 @@ LAYOUT = Layout(
     },
     capabilities=frozenset({"multi_rank", "pool:mamba", "kv_formats"}),
     default_extra_pools=("mamba",),
+    # 0.5.14-0.5.15: the mamba host pool takes one host memory layout only, so a mamba model's server runs with it.
+    host_layout_rule=HostLayoutRule("srt/mem_cache/memory_pool_host.py", "MambaPoolHost", r"if layout != [\"'](\w+)[\"']:",
+                                    "MambaPoolHost refuses every other host memory layout"),
 )

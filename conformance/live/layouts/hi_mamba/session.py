@@ -19,13 +19,14 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from conformance.live import collectives
+from conformance.live import collectives, evidence
+from conformance.live.layouts.hi_mamba import LAYOUT
 from conformance.live.configuration import configure_through
 from conformance.live.layouts.hi_mamba.sidecar import MAMBA, MambaSidecar
 from conformance.live.runtime import Runtime
 from conformance.live.session import LiveSession
 from conformance.live.taps import KV
-from conformance.live.tiers import HEADS, MhaRows, kv_format
+from conformance.live.tiers import HEADS, MhaRows, build, kv_format
 
 FULL_LAYERS, MAMBA_LAYERS = [1, 3], [0, 2]
 # A small Mamba2 state: conv (12, 1) and temporal (2, 4, 2) per layer.
@@ -42,6 +43,9 @@ class HiMambaSession(LiveSession):
 
     CLASS_NAME = "HiMambaRadixCache"
 
+    def mem_layout(self) -> str:
+        return evidence.host_layout_of(self.runtime.tree, LAYOUT)[0] or super().mem_layout()
+
     def build(self) -> Any:
         m, env, ps, pages = self.runtime.modules, self.env, self.env.page_size, self.device_pages
         dtype, head_dim = kv_format(env)
@@ -52,9 +56,10 @@ class HiMambaSession(LiveSession):
         self.req_pool = m["memory_pool"].HybridReqToTokenPool(
             size=2, mamba_size=env.state_slots, mamba_spec_state_size=2, max_context_len=4096, device="cpu",
             enable_memory_saver=False, cache_params=cache_params, mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=True)
-        hybrid_pool = m["memory_pool"].HybridLinearKVPool(
-            size=pages * ps, dtype=dtype, page_size=ps, head_num=HEADS, head_dim=head_dim, full_attention_layer_ids=FULL_LAYERS,
-            enable_kvcache_transpose=False, device="cpu", mamba_pool=self.req_pool.mamba_pool)
+        hybrid_pool = build(
+            m["memory_pool"].HybridLinearKVPool, size=pages * ps, dtype=dtype, page_size=ps, head_num=HEADS, head_dim=head_dim,
+            full_attention_layer_ids=FULL_LAYERS, device="cpu", mamba_pool=self.req_pool.mamba_pool,
+            off={"enable_kvcache_transpose": False})
         self.kv = MhaRows(hybrid_pool.full_kv_pool, dtype, head_dim)
         self.allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, dtype, "cpu", hybrid_pool, need_sort=False)
         params = m["cache_init_params"].CacheInitParams(
