@@ -3,6 +3,7 @@
     python -m conformance.sweep run --out out/sweep TREE@LABEL [TREE@LABEL ...]      # one --sglang-live run each
     python -m conformance.sweep merge out/sweep/*.json --output docs/results/sweep.md  # the page, from the reports
     python -m conformance.sweep check out/sweep/*.json --expect EXPECTED.json          # each row's verdicts as recorded
+    python -m conformance.sweep record out/sweep/*.json --output EXPECTED.json         # record them (after reading upstream's code)
 
 `run` calls the suite once per target (each tree is imported into its own
 pytest process: one tree per process) with the interpreter of SGLang's
@@ -163,8 +164,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     checker = sub.add_parser("check", help="each row's defects and hardening gaps, as recorded in --expect (CI keeps the live side alive)")
     checker.add_argument("reports", nargs="+", type=Path)
     checker.add_argument("--expect", type=Path, required=True)
+    recorder = sub.add_parser("record", help="write each row's defects and hardening gaps, the file check reads")
+    recorder.add_argument("reports", nargs="+", type=Path)
+    recorder.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
+        if args.command == "record":
+            got = verdicts(load(args.reports))
+            args.output.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+            print(f"sweep record: wrote {args.output} ({len(got)} row(s))")
+            return 0
         if args.command == "check":
             try:
                 expected = json.loads(args.expect.read_text())

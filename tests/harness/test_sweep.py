@@ -77,3 +77,12 @@ def test_check_passes_the_recorded_verdicts_and_names_each_row_that_moved(tmp_pa
     assert "HiRadixCache@0.5.20: recorded" in out and "'defect': ['S6']" in out
     assert "UnifiedRadixCache@0.5.23: expected in the runs, not run" in out
     assert "HiRadixCache+dsa@0.5.20: ran, but has no recorded verdicts" in out
+
+
+def test_record_writes_what_check_then_passes(tmp_path, capsys):
+    a = report(tmp_path / "a.json", "0.5.20", {"HiRadixCache": {"S6": "defect", "C2": "hardening", "D5": "divergence"}})
+    expect = tmp_path / "expect.json"
+    assert sweep.main(["record", str(a), "--output", str(expect)]) == 0
+    assert json.loads(expect.read_text()) == {"HiRadixCache@0.5.20": {"defect": ["S6"], "hardening": ["C2"]}}
+    assert sweep.main(["check", str(a), "--expect", str(expect)]) == 0
+    assert "1 row(s) as recorded" in capsys.readouterr().out.splitlines()[-1]
