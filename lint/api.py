@@ -19,14 +19,6 @@ if TYPE_CHECKING:
 __all__ = ["Linter", "Result", "fix_source", "lint_paths", "lint_repo", "lint_source"]
 
 
-def nothing_checked(result: Result, where: str, names: frozenset[str]) -> None:
-    """A folder or project run that checked no method says so: the configuration (or the path) is wrong."""
-    if result.methods == 0 and not result.errors:
-        result.errors.append(FileError(where, (
-            f"no method named {', '.join(sorted(names))} found in {plural(result.files_seen, 'Python file')}; check the path and [tool.hicache-lint] methods, "
-            f"or pass --allow-empty")))
-
-
 def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = None, *,
                fix: bool = False, skip_empty: bool = False, diff: bool = False,
                fixability: bool = False, selection: Optional[Selection] = None,
@@ -50,8 +42,12 @@ def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = Non
     for candidate in candidates:
         linter.lint_candidate(candidate)
     result = linter.finish()
-    if start is not None and not allow_empty:
-        nothing_checked(result, display_path(start), linter.method_names)
+    if start is not None and not allow_empty and result.methods == 0 and not result.errors:
+        # a folder or project run that checked no method: the configuration (or the path) is wrong
+        result.errors.append(FileError(display_path(start), (
+            f"no method named {', '.join(sorted(linter.method_names))} found in "
+            f"{plural(result.files_seen, 'Python file')}; check the path and [tool.hicache-lint] methods, "
+            f"or pass --allow-empty")))
     return result
 
 
@@ -79,10 +75,8 @@ def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixabili
         data = linter.read(candidate)
         if data is None:
             continue
-        problem = explicit_problem(data, display)
-        source = problem or load(candidate, data)
-        if isinstance(source, FileError):
-            linter.result.errors.append(source)
+        source = linter.kept(explicit_problem(data, display) or load(candidate, data))
+        if source is None:
             continue
         wanted: list[MethodSite] = []
         for impl in impls:
@@ -108,18 +102,12 @@ def lint_source(text: str, config: Optional[Config] = None, path: str = "example
 
 def fix_source(text: str, config: Optional[Config] = None, path: str = "example.py") -> str:
     """The text after applying every available fix once (checked as `--fix` checks it)."""
-    from lint.file_analysis import analyze
     from lint.fix_run import FixRun
 
     linter = Linter(config or Config(), diff=True)
-    loaded = load(Candidate(Path(path), path, True), text.encode())
-    if isinstance(loaded, FileError):
-        raise ValueError(str(loaded))
-    sites = find_methods(loaded.tree, linter.method_names)
-    if not sites:
+    analysis = linter.lint_text(text, path, path=Path(path))
+    if analysis is None:
+        if linter.result.errors:
+            raise ValueError(str(linter.result.errors[0]))
         return text
-    analysis = analyze(loaded, sites, linter.config, Path(path), linter.class_pools)
-    if isinstance(analysis, FileError):
-        raise ValueError(str(analysis))
-    linter.analyses.append(analysis)
     return FixRun(linter).fixed_text(analysis) or text

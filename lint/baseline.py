@@ -13,25 +13,19 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from lint.errors import LintConfigError
 from lint.findings import Finding, fingerprint
+from lint.source import relative_posix
 
 VERSION = 1
-
-
-def _relative(finding: Finding, folder: Path) -> str:
-    try:
-        return PurePath(os.path.relpath(os.path.abspath(finding.path), folder)).as_posix()
-    except ValueError:  # another drive
-        return PurePath(finding.path).as_posix()
 
 
 def write(file: Path, findings: list[Finding]) -> None:
     folder = Path(os.path.abspath(file)).parent
     entries = sorted(
-        ({"fingerprint": fingerprint(f, _relative(f, folder)), "code": f.code, "path": _relative(f, folder),
+        ({"fingerprint": fingerprint(f, relative_posix(f.path, folder)), "code": f.code, "path": relative_posix(f.path, folder),
           "method": f.method, "message": f.message} for f in findings),
         key=lambda e: (e["path"], e["code"], e["method"] or "", e["message"]))
     document = {"version": VERSION, "tool": "hicache-lint", "findings": entries}
@@ -64,7 +58,7 @@ def left_out(findings: list[Finding], file: Path) -> tuple[list[Finding], int]:
     folder = Path(os.path.abspath(file)).parent
     kept, held = [], 0
     for finding in findings:
-        key = fingerprint(finding, _relative(finding, folder))
+        key = fingerprint(finding, relative_posix(finding.path, folder))
         if budget[key] > 0:
             budget[key] -= 1
             held += 1

@@ -108,17 +108,10 @@ def _run(args: argparse.Namespace) -> "Result":
     else:
         result = lint_paths(args.paths, config, skip_empty=args.skip_empty, **options)
     if args.write_baseline is not None and not result.errors:
-        failing = [f for f in result.findings if f.code in _failing_codes(result)]
+        failing = [f for f in result.findings if result.fails(f)]
         baseline.write(args.write_baseline, failing)
         result.baselined, result.findings = len(failing), [f for f in result.findings if f not in failing]
     return result
-
-
-def _failing_codes(result: "Result") -> set[str]:
-    from lint.rules import ALL_RULES, ERROR, WARNING
-
-    levels = {ERROR, WARNING} if result.fail_on_warnings else {ERROR}
-    return {rule.code for rule in ALL_RULES if rule.level in levels}
 
 
 def _list_rules(fmt: str) -> int:

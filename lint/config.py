@@ -1,6 +1,6 @@
 """`[tool.hicache-lint]` configuration: defaults, validation and the Config record.
 
-Finding the file is lint/discovery.py's job; which rules a selection names is
+Finding the file is lint/config_search.py's job; which rules a selection names is
 lint/selection.py's (this module knows no rule, so that the analysis can use
 the records here without importing the rules).
 """
@@ -217,14 +217,12 @@ def _selection(read: _Table) -> dict[str, Any]:
     for new, old in (("select", "enable"), ("ignore", "disable")):
         if new in read.table and old in read.table:
             raise read.fail(f"{old} is the older name of {new}; give one of them, not both")
-    select = read.strings("select", None, _SELECTORS, SELECTOR, allow_empty=True)
-    ignore = read.strings("ignore", (), _SELECTORS, SELECTOR, allow_empty=True)
-    return {
-        "select": read.strings("enable", select, _SELECTORS, SELECTOR, allow_empty=True),
-        "ignore": read.strings("disable", ignore, _SELECTORS, SELECTOR, allow_empty=True),
-        "extend_select": read.strings("extend-select", (), _SELECTORS, SELECTOR, allow_empty=True),
-        "per_file_ignores": _per_file_ignores(read),
-    }
+    def selectors(key: str, default: Any) -> Any:
+        return read.strings(key, default, _SELECTORS, SELECTOR, allow_empty=True)
+
+    return {"select": selectors("enable", selectors("select", None)),
+            "ignore": selectors("disable", selectors("ignore", ())),
+            "extend_select": selectors("extend-select", ()), "per_file_ignores": _per_file_ignores(read)}
 
 
 def from_table(table: Any, source: str, root: Path, config_path: Optional[Path]) -> Config:
@@ -280,13 +278,18 @@ def section_of(data: dict) -> Optional[Any]:
     return tool.get(SECTION) if isinstance(tool, dict) else None
 
 
+def config_at(path: Path, root: Path, source: Path) -> Optional[Config]:
+    """The configuration in the file's [tool.hicache-lint] table; None when it has none."""
+    table = section_of(read_toml(path, str(path)))
+    return None if table is None else from_table(table, str(path), root, source)
+
+
 def load_file(path: Path) -> Config:
     """Load an explicitly named configuration file (`--config`)."""
-    display = str(path)
     if not path.is_file():
-        raise LintConfigError(display, "configuration file not found")
-    table = section_of(read_toml(path, display))
-    if table is None:
-        raise LintConfigError(display, f"no [tool.{SECTION}] table in this file")
-    return from_table(table, display, path.resolve().parent, path.resolve())
+        raise LintConfigError(str(path), "configuration file not found")
+    found = config_at(path, path.resolve().parent, path.resolve())
+    if found is None:
+        raise LintConfigError(str(path), f"no [tool.{SECTION}] table in this file")
+    return found
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from lint.config import SECTION, Config, from_table, read_toml, section_of
+from lint.config import SECTION, Config, config_at
 from lint.errors import LintConfigError
 
 
@@ -25,12 +25,7 @@ def repo_root(start: Path) -> Optional[Path]:
 
 
 def _table_at(candidate: Path) -> Optional[Config]:
-    if not candidate.is_file():
-        return None
-    table = section_of(read_toml(candidate, str(candidate)))
-    if table is None:
-        return None
-    return from_table(table, str(candidate), candidate.parent, candidate)
+    return config_at(candidate, candidate.parent, candidate) if candidate.is_file() else None
 
 
 def walk_up(start: Path, memo: Optional[dict[Path, Optional[Config]]] = None) -> Optional[Config]:

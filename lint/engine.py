@@ -10,7 +10,7 @@ guard is owed, drift, suppressions, the baseline) run in `finish`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar, Union
 
 from lint import baseline, guard_owed, suppress
 from lint.config import Config
@@ -31,20 +31,8 @@ if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
     from lint.file_analysis import FileAnalysis
 
-__all__ = ["Linter", "Result", "method_rules"]
-
-
-def method_rules(method: "MethodAnalysis", selection: Selection) -> list[Finding]:
-    """The method's own rules' findings, before the run-wide checks."""
-    if method.skip_reason is not None:
-        return []
-    if method.findings is not None:
-        return list(method.findings)
-    out: list[Finding] = []
-    for rule in ALL_RULES:
-        if issubclass(rule, MethodRule) and selection.enabled(rule.code):
-            out.extend(rule().check(method))
-    return out
+__all__ = ["Linter", "Result"]
+T = TypeVar("T")
 
 
 def extra_sites(method: "MethodAnalysis") -> list[MethodSite]:
@@ -79,15 +67,12 @@ class Linter:
         names = set(config.methods) | {i.method for i in config.implementations}
         self.method_names = frozenset(names)
         self.needles = [n.encode() for n in sorted(names)]
-        self.seen: list[Path] = []  # every file read, for fix evidence beyond the linted methods
         self.read_paths: list[Path] = []  # every file read, searched for a flag-like name HC101 names
         self.class_pools = ClassPools(config.pool_fields, display_path)
         self.flag_seen: list[Evidence] = []  # where the run's own files hold the completion flag
         self.flags = FlagSearch(self.flag_seen, [self.configured_files, self.tree_files], display_path)
         self.names = DefinitionSearch([lambda: self.read_paths, self.configured_files, self.tree_files],
                                       display_path)
-        self.tree_start: Optional[Path] = None  # the first path linted: where the project tree is found
-        self.baseline: Optional[Path] = config.baseline  # findings it holds are left out (lint/baseline.py)
 
     # ------------------------------------------------------------- collecting
     def lint_text(self, text: str, display: str, sites: Optional[list["MethodSite"]] = None,
@@ -96,23 +81,19 @@ class Linter:
         from lint.file_analysis import analyze  # loads libcst: only for a file that has a candidate method
         from lint.locate import find_methods
 
+        source = source or self.kept(load(Candidate(path or Path(display), display, True), text.encode()))
         if source is None:
-            loaded = load(Candidate(path or Path(display), display, True), text.encode())
-            if isinstance(loaded, FileError):
-                self.result.errors.append(loaded)
-                return None
-            source = loaded
+            return None
         if sites is None:
             sites = find_methods(source.tree, self.method_names)
         if not sites:
             return None
         self.result.files_parsed += 1
         try:
-            analysis = analyze(source, sites, self.config, path, self.class_pools)
+            analysis = self.kept(analyze(source, sites, self.config, path, self.class_pools))
         except Exception as exc:  # keep linting the other files; say what broke
-            analysis = FileError(display, f"internal error while analyzing: {type(exc).__name__}: {exc}")
-        if isinstance(analysis, FileError):
-            self.result.errors.append(analysis)
+            analysis = self.kept(FileError(display, f"internal error while analyzing: {type(exc).__name__}: {exc}"))
+        if analysis is None:
             return None
         for method in analysis.methods:
             if method.commit is not None and method.commit.missing:
@@ -133,27 +114,37 @@ class Linter:
 
     def _run_method_rules(self, analysis: "FileAnalysis") -> None:
         for method in analysis.methods:
-            try:
-                method.findings = method_rules(method, self.selection)
-            except Exception as exc:  # one broken method must not hide the rest
-                method.findings = []
-                self.result.errors.append(FileError(
-                    method.path, f"internal error while checking {method.qualname}: {type(exc).__name__}: {exc}"))
+            method.findings = self._checked(self.own, method)
         analysis.release()
+
+    def _checked(self, check: Callable[["MethodAnalysis"], list[Finding]], method: "MethodAnalysis") -> list[Finding]:
+        try:
+            return check(method)
+        except Exception as exc:  # one broken method must not hide the rest
+            self.result.errors.append(FileError(
+                method.path, f"internal error while checking {method.qualname}: {type(exc).__name__}: {exc}"))
+            return []
+
+    @property
+    def seen(self) -> list[Path]:
+        """The files read, for fix evidence beyond the linted methods (when fixing)."""
+        return self.read_paths if self.fix else []
+
+    def kept(self, got: Union[T, FileError]) -> Optional[T]:
+        """`got`, or None with the error recorded."""
+        if isinstance(got, FileError):
+            self.result.errors.append(got)
+            return None
+        return got
 
     def read(self, candidate: Candidate) -> Optional[bytes]:
         """The file's bytes, counted; None (and an error recorded) when unreadable."""
-        data = read(candidate)
-        if isinstance(data, FileError):
-            self.result.errors.append(data)
+        data = self.kept(read(candidate))
+        if data is None:
             return None
         self.result.files_seen += 1
         self.result.lines_seen += count_lines(data)
         self.read_paths.append(candidate.path)
-        if self.fix:
-            self.seen.append(candidate.path)
-        if self.tree_start is None:
-            self.tree_start = candidate.path
         return data
 
     def lint_candidate(self, candidate: Candidate) -> None:
@@ -173,11 +164,9 @@ class Linter:
             if DONE.encode() in data:
                 self._note_flag(candidate.display, data.decode("utf-8", "replace"))
             return
-        source = load(candidate, data)
-        if isinstance(source, FileError):
-            self.result.errors.append(source)
-            return
-        self.lint_text(source.text, candidate.display, path=candidate.path, source=source)
+        source = self.kept(load(candidate, data))
+        if source is not None:
+            self.lint_text(source.text, candidate.display, path=candidate.path, source=source)
 
     # ------------------------------------------------- where the flag may be
     def configured_files(self) -> list[Path]:
@@ -188,16 +177,25 @@ class Linter:
         if self.config.source is not None:
             root: Optional[Path] = self.config.root
         else:
-            root = repo_root(Path(self.tree_start or Path.cwd()).resolve())
+            root = repo_root((self.read_paths[0] if self.read_paths else Path.cwd()).resolve())
         if root is None:
             return []
         found, _ = discover([str(root)], ignores_for(self.config, root))
         return [c.path for c in found]
 
     # ---------------------------------------------------------------- finish
+    def own(self, method: "MethodAnalysis") -> list[Finding]:
+        """The method's own rules' findings, before the run-wide checks."""
+        if method.skip_reason is not None:
+            return []
+        if method.findings is not None:
+            return list(method.findings)
+        return [finding for rule in ALL_RULES if issubclass(rule, MethodRule) and self.selection.enabled(rule.code)
+                for finding in rule().check(method)]
+
     def owed(self, method: "MethodAnalysis") -> list[Finding]:
         """The method's findings, HC101-HC103 kept only where a guard is owed."""
-        return guard_owed.owed(method_rules(method, self.selection), method, self.flags, self.names)
+        return guard_owed.owed(self.own(method), method, self.flags, self.names)
 
     def live(self, method: "MethodAnalysis", analysis: "FileAnalysis") -> list[Finding]:
         """This method's own findings that survive its suppression comments."""
@@ -212,12 +210,7 @@ class Linter:
         findings: list[Finding] = []
         every = sorted((m for a in self.analyses for m in a.methods), key=lambda m: (m.path, m.def_line))
         for method in every:
-            try:
-                findings.extend(self.owed(method))
-            except Exception as exc:  # one broken method must not hide the rest
-                self.result.errors.append(FileError(
-                    method.path, f"internal error while checking {method.qualname}: "
-                                 f"{type(exc).__name__}: {exc}"))
+            findings.extend(self._checked(self.owed, method))
         members = every if group is None else sorted(group, key=lambda m: (m.path, m.def_line))
         for rule in ALL_RULES:
             if issubclass(rule, GroupRule) and self.selection.enabled(rule.code):
@@ -228,8 +221,8 @@ class Linter:
              for site in [m.site, *extra_sites(m)]],
             self.selection.enabled,
         )
-        if self.baseline is not None:
-            findings, self.result.baselined = baseline.left_out(findings, self.baseline)
+        if self.config.baseline is not None:  # findings it holds are left out
+            findings, self.result.baselined = baseline.left_out(findings, self.config.baseline)
         if self.fixability and self.analyses:
             from lint.fix_run import FixRun
 

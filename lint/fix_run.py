@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Protocol, Union
+from typing import Callable, Optional, Protocol, Union
 
 from lint.analysis import MethodAnalysis
 from lint.file_analysis import FileAnalysis, analyze
 from lint.findings import FileError, Finding
 from lint.fix import Edits, Fixer, fix_text
-from lint.fix.spelling import Evidence, Kind, Read, file_reads, tree_reads
+from lint.fix.spelling import Evidence, Kind, Read, file_reads, merged, tree_reads
 from lint.locate import find_methods
 from lint.rules import ERROR, FIXABLE_CODES, level_of
 from lint.source import Candidate, encode, load
@@ -31,33 +32,21 @@ class LintRun(Protocol):
     config: Config
     result: Result
     analyses: list[FileAnalysis]
-    seen: list[Path]  # every file read
+    seen: list[Path]  # every file read (when fixing)
     write: bool  # --fix (not --diff)
     class_pools: ClassPools
 
     def live(self, method: MethodAnalysis, analysis: FileAnalysis) -> list[Finding]: ...
 
-
-def merged(per_file: Iterable[dict[Kind, list[Read]]]) -> dict[Kind, list[Read]]:
-    """Reads of several files, kind by kind, in file order."""
-    out: dict[Kind, list[Read]] = {}
-    for reads_by_kind in per_file:
-        for kind, reads in reads_by_kind.items():
-            out.setdefault(kind, []).extend(reads)
-    return out
+    def configured_files(self) -> list[Path]: ...
 
 
 class FixRun:
     """The fixes of one run; reads the linter's analyses and records into its result."""
 
     def __init__(self, linter: LintRun) -> None:
-        self.linter = linter
+        self.linter, self.live = linter, linter.live
         self.config, self.result, self.analyses = linter.config, linter.result, linter.analyses
-        self._run_reads_cache: Optional[dict[Kind, list[Read]]] = None
-        self._configured_reads_cache: Optional[dict[Kind, list[Read]]] = None
-
-    def live(self, method: MethodAnalysis, analysis: FileAnalysis) -> list[Finding]:
-        return self.linter.live(method, analysis)
 
     def fix_all(self, group: Optional[list[MethodAnalysis]]) -> Optional[list[MethodAnalysis]]:
         """Fix every file; returns `group` with each fixed method's new analysis."""
@@ -65,7 +54,8 @@ class FixRun:
             if analysis.path is None:
                 continue
             try:
-                fixed = self._fix_file(analysis)
+                got = self._fixed(analysis)
+                fixed = analysis if got is None else self._commit_fix(analysis, *got[:3])
             except Exception as exc:  # a fix we cannot make leaves the file as it was
                 self.result.errors.append(FileError(
                     analysis.source.display, f"internal error while fixing: {type(exc).__name__}: {exc}"))
@@ -76,33 +66,26 @@ class FixRun:
             self.analyses[i] = fixed
         return group
 
+    @cached_property
     def _run_reads(self) -> dict[Kind, list[Read]]:
-        """Pool-field reads in every file of the run (computed once)."""
-        if self._run_reads_cache is None:
-            parsed = {a.path for a in self.analyses}
-            self._run_reads_cache = merged(
-                [tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
-                + [file_reads(path) for path in self.linter.seen if path not in parsed])
-        return self._run_reads_cache
+        """Pool-field reads in every file of the run."""
+        parsed = {a.path for a in self.analyses}
+        return merged([tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
+                      + [file_reads(path) for path in self.linter.seen if path not in parsed])
 
+    @cached_property
     def _configured_reads(self) -> dict[Kind, list[Read]]:
-        """Pool-field reads in the configured implementations' files (computed once)."""
-        if self._configured_reads_cache is None:
-            self._configured_reads_cache = merged(
-                file_reads(path) for path in sorted({self.config.root / i.path for i in self.config.implementations}))
-        return self._configured_reads_cache
+        """Pool-field reads in the configured implementations' files."""
+        return merged(file_reads(path) for path in self.linter.configured_files())
 
-    def _evidence(self, analysis: FileAnalysis) -> Evidence:
+    def _fixer_for(self, analysis: FileAnalysis) -> Fixer:
         source = analysis.source
         loaders: list[tuple[str, Callable[[], dict[Kind, list[Read]]]]] = [
             ("this file", lambda: tree_reads(source.tree, source.lines)),
-            ("the files linted with it", self._run_reads),
-            ("the configured implementations", self._configured_reads),
+            ("the files linted with it", lambda: self._run_reads),
+            ("the configured implementations", lambda: self._configured_reads),
         ]
-        return Evidence(loaders)
-
-    def _fixer_for(self, analysis: FileAnalysis) -> Fixer:
-        return Fixer(self.config, self._evidence(analysis))
+        return Fixer(self.config, Evidence(loaders))
 
     def _plans(self, analysis: FileAnalysis, fixer: Fixer, skip: set[str]
                ) -> tuple[list[tuple[MethodAnalysis, Edits]], list[str]]:
@@ -157,10 +140,6 @@ class FixRun:
     def fixed_text(self, analysis: FileAnalysis) -> Optional[str]:
         got = self._fixed(analysis)
         return got[0] if got else None
-
-    def _fix_file(self, analysis: FileAnalysis) -> FileAnalysis:
-        got = self._fixed(analysis)
-        return analysis if got is None else self._commit_fix(analysis, *got[:3])
 
     def _reanalyze(self, analysis: FileAnalysis, new_text: str) -> Union[FileAnalysis, FileError]:
         source = analysis.source

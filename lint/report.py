@@ -13,7 +13,6 @@ from lint.result import Result
 from lint.rules import RULES_BY_CODE, level_of
 from lint.sarif import TOOL, sarif_document
 
-FORMATS = ("text", "json", "github", "sarif")
 JSON_SCHEMA_VERSION = 1
 
 
@@ -62,11 +61,6 @@ def json_document(result: Result) -> dict:
     }
 
 
-def write_json(result: Result, out: TextIO) -> None:
-    json.dump(json_document(result), out, indent=2)
-    out.write("\n")
-
-
 def _gh_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -88,16 +82,19 @@ def write_github(result: Result, out: TextIO) -> None:
         out.write(f"::error file={_gh_prop(e.path)},title={TOOL}::{_gh_data(e.message)}\n")
 
 
-def write_sarif(result: Result, out: TextIO) -> None:
-    json.dump(sarif_document(result, version()), out, indent=2)
-    out.write("\n")
+def _document_writer(document: Callable[[Result], dict]) -> Callable[[Result, TextIO], None]:
+    def write(result: Result, out: TextIO) -> None:
+        json.dump(document(result), out, indent=2)
+        out.write("\n")
+
+    return write
 
 
 WRITERS: dict[str, Callable[[Result, TextIO], None]] = {
     "text": write_text,
-    "json": write_json,
+    "json": _document_writer(json_document),
     "github": write_github,
-    "sarif": write_sarif,
+    "sarif": _document_writer(lambda result: sarif_document(result, version())),
 }
 
 _STRING_LIST = {"type": "array", "items": {"type": "string"}}

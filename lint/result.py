@@ -30,9 +30,12 @@ class Result:
             return 2
         if self.exit_zero:
             return 0
-        failing = [f for f in self.findings if level_of(f.code) == ERROR
-                   or (self.fail_on_warnings and level_of(f.code) == WARNING)]
-        return 1 if failing else 0
+        return 1 if any(self.fails(f) for f in self.findings) else 0
+
+    def fails(self, finding: Finding) -> bool:
+        """Whether the finding fails the run: an error, or a warning with fail-on-warnings."""
+        level = level_of(finding.code)
+        return level == ERROR or (self.fail_on_warnings and level == WARNING)
 
     def by_level(self) -> Counter:
         return Counter(level_of(f.code) for f in self.findings)

@@ -8,14 +8,14 @@ relative to the configuration's directory, to selectors ignored in matching file
 from __future__ import annotations
 
 import fnmatch
-import os
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Iterable, Optional
 
 from lint.config import SECTION, Config
 from lint.errors import LintConfigError
 from lint.rules import RULES_BY_CODE, RULES_BY_NAME
+from lint.source import relative_posix
 
 ACCEPTED = "rule codes " + ", ".join(sorted(RULES_BY_CODE)) + ", their prefixes (HC1), ALL, or their names"
 
@@ -55,15 +55,8 @@ class Selection:
     def ignored_in(self, path: str) -> frozenset[str]:
         if not self.per_file:
             return frozenset()
-        try:
-            relative = PurePath(os.path.relpath(os.path.abspath(path), self.root)).as_posix()
-        except ValueError:  # another drive
-            relative = PurePath(path).as_posix()
-        out: set[str] = set()
-        for pattern, codes in self.per_file:
-            if _matches(relative, pattern):
-                out |= codes
-        return frozenset(out)
+        relative = relative_posix(path, self.root)
+        return frozenset(code for pattern, codes in self.per_file if _matches(relative, pattern) for code in codes)
 
 
 def selection(config: Config, select: Optional[Iterable[str]] = None, extend_select: Iterable[str] = (),
@@ -77,10 +70,10 @@ def selection(config: Config, select: Optional[Iterable[str]] = None, extend_sel
     chosen = codes_of(config.select, f"{table} select", source) if config.select is not None else frozenset(RULES_BY_CODE)
     if select is not None:
         chosen = codes_of(select, "--select", "hicache-lint")
-    chosen |= codes_of(config.extend_select, f"{table} extend-select", source)
-    chosen |= codes_of(extend_select, "--extend-select", "hicache-lint")
-    chosen -= codes_of(config.ignore, f"{table} ignore", source)
-    chosen -= codes_of(ignore, "--ignore", "hicache-lint")
+    # the configuration's, then the command line's
+    chosen |= codes_of(config.extend_select, f"{table} extend-select", source) | codes_of(
+        extend_select, "--extend-select", "hicache-lint")
+    chosen -= codes_of(config.ignore, f"{table} ignore", source) | codes_of(ignore, "--ignore", "hicache-lint")
     per_file = tuple((pattern, codes_of(codes, f"{table} per-file-ignores {pattern!r}", source))
                      for pattern, codes in config.per_file_ignores)
     return Selection(chosen, per_file, config.root)

@@ -8,7 +8,7 @@ import io
 import os
 import tokenize
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Iterable, Optional, Union
 
 from lint.findings import FileError
@@ -52,6 +52,14 @@ def display_path(path: Path) -> str:
     except (ValueError, OSError):
         return str(path)
     return str(path) if relative == ".." or relative.startswith(".." + os.sep) else relative
+
+
+def relative_posix(path: str, folder: Union[str, Path]) -> str:
+    """`path` relative to `folder`, '/'-separated (as given on another drive)."""
+    try:
+        return PurePath(os.path.relpath(os.path.abspath(path), folder)).as_posix()
+    except ValueError:  # another drive
+        return PurePath(path).as_posix()
 
 
 def link_problem(path: Path) -> Optional[str]:

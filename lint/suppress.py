@@ -84,6 +84,11 @@ def method_suppressions(lines: list[str], site: MethodSite) -> list[Suppression]
     return found
 
 
+def _finding(path: str, site: MethodSite, line: int, col: int, code: str, message: str) -> Finding:
+    """An HC105 / HC106 finding about a comment of `site`'s method."""
+    return Finding(path, line, col, code, message, site.qualname, site.def_line)
+
+
 def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list[str]]],
           enabled: Enabled) -> list[Finding]:
     """Drop suppressed findings; add HC105 (unused) and HC106 (invalid) findings."""
@@ -92,8 +97,7 @@ def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list
     for path, site, lines in methods:
         for sup in method_suppressions(lines, site):
             if sup.problem is not None:
-                kept.append(Finding(path, sup.line, sup.col, "HC106", sup.problem,
-                                    site.qualname, site.def_line))
+                kept.append(_finding(path, site, sup.line, sup.col, "HC106", sup.problem))
                 continue
             for code in sup.codes:
                 hits = [f for f in kept if f.code == code and f.path == path
@@ -101,11 +105,8 @@ def apply(findings: list[Finding], methods: Iterable[tuple[str, MethodSite, list
                 if hits:
                     kept = [f for f in kept if f not in hits]
                 elif enabled(code, path):
-                    kept.append(Finding(
-                        path, sup.line, sup.col, "HC105",
-                        f"unused suppression: {site.qualname} has no {code} finding to silence",
-                        site.qualname, site.def_line,
-                    ))
+                    kept.append(_finding(path, site, sup.line, sup.col, "HC105",
+                                         f"unused suppression: {site.qualname} has no {code} finding to silence"))
     kept = _apply_noqa(kept, methods, enabled)
     return [f for f in kept if enabled(f.code, f.path)]
 
@@ -159,15 +160,12 @@ def _apply_noqa(findings: list[Finding], methods: list[tuple[str, MethodSite, li
             col, codes = found.col, found.codes
             suppressible = [c for c in codes if c in SUPPRESSIBLE_CODES]
             if suppressible and not found.reason:
-                kept.append(Finding(path, number, col, "HC106", _no_reason(suppressible),
-                                    site.qualname, site.def_line))
+                kept.append(_finding(path, site, number, col, "HC106", _no_reason(suppressible)))
             for code in codes:
                 if code not in SUPPRESSIBLE_CODES:
-                    kept.append(Finding(path, number, col, "HC106",
-                                        f"cannot suppress {code!r} with noqa; suppressible codes: "
-                                        f"{', '.join(SUPPRESSIBLE_CODES)}", site.qualname, site.def_line))
+                    kept.append(_finding(path, site, number, col, "HC106", f"cannot suppress {code!r} with noqa; "
+                                         f"suppressible codes: {', '.join(SUPPRESSIBLE_CODES)}"))
                 elif found.reason and (path, number, code) not in used and enabled(code, path):
-                    kept.append(Finding(path, number, col, "HC105",
-                                        f"unused noqa: no {code} finding on this line to silence",
-                                        site.qualname, site.def_line))
+                    kept.append(_finding(path, site, number, col, "HC105",
+                                         f"unused noqa: no {code} finding on this line to silence"))
     return kept

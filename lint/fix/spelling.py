@@ -119,16 +119,19 @@ def _functions(body: list[ast.stmt]):
             yield from _functions([c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)])
 
 
+def merged(per_part: Iterable[dict[Kind, list[Read]]]) -> dict[Kind, list[Read]]:
+    """Reads of several functions or files, kind by kind, in order."""
+    out: dict[Kind, list[Read]] = {}
+    for reads_by_kind in per_part:
+        for kind, reads in reads_by_kind.items():
+            out.setdefault(kind, []).extend(reads)
+    return out
+
+
 def tree_reads(tree: ast.Module, lines: list[str]) -> dict[Kind, list[Read]]:
-    merged: dict[Kind, list[Read]] = {}
-    for func in _functions(tree.body):
-        # only functions whose text mentions a pool field are walked
-        text = lines[func.lineno - 1: func.end_lineno or func.lineno]
-        if not any(POOL_PREFIX in line for line in text):
-            continue
-        for kind, reads in function_reads(func, lines).items():
-            merged.setdefault(kind, []).extend(reads)
-    return merged
+    # only functions whose text mentions a pool field are walked
+    return merged(function_reads(func, lines) for func in _functions(tree.body)
+                  if any(POOL_PREFIX in line for line in lines[func.lineno - 1: func.end_lineno or func.lineno]))
 
 
 def spelling_from(reads: dict[Kind, list[Read]], kind: Kind, source: str) -> Optional[Spelling]:
