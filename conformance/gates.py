@@ -126,13 +126,13 @@ class WatchedTrace(TraceRecorder):
     """A TraceRecorder whose waiters wake on every event (and on every gate arrival).
 
     wait_until() is the bounded, sleep-free way to wait for something a
-    background thread records (an IO_DONE, an IO_END). `changed` may be shared
-    with a gate (a rank's valve waits on the same condition).
+    background thread records (an IO_DONE, an IO_END). A rank's valve waits on
+    the same `changed` condition, so a load's arrival wakes the driver's waits.
     """
 
-    def __init__(self, clock: Any, *, rank: int = 0, profile: str | None = None, changed: threading.Condition | None = None) -> None:
+    def __init__(self, clock: Any, *, rank: int = 0, profile: str | None = None) -> None:
         super().__init__(clock, rank=rank, profile=profile)
-        self.changed = changed if changed is not None else threading.Condition()
+        self.changed = threading.Condition()
         self._seen: set[tuple[EventKind, str | None]] = set()  # (kind, op) and (kind, None) recorded so far
 
     def record(self, kind: EventKind, **fields: Any) -> Event:
