@@ -192,14 +192,17 @@ def committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[st
     """F2 + F3 from the trace alone: the pages `op` could commit on this rank when it was terminated.
 
     For KV and every ALL_PAGES pool (`pools`: name -> hit policy; "kv" is
-    KV): the leading pages, in the order the operation allocated their slots,
+    KV): the leading pages, in the order the operation allocated their slots
+    (a pool that allocates none rides KV's slots, in KV's order),
     whose every slot a load of `op` had filled (IO_END ok) before its
     TERMINATE; IO still running then counts for nothing (F5). KV is clamped
     to the last hit length (HIT) before the terminate. A revoked operation,
     and one terminated outside a scheduler check (an abort, step None: it
     joins the commit with nothing, X4), can commit 0. None when `op` was
-    never terminated or revoked. Trailing pools (states, windows) do not
-    bound the pages: they are attached or not (F4, F10;
+    never terminated or revoked. An operation committed in a scheduler step
+    without a terminate (the ACK drain commits a completed prefetch so) is
+    cut at that COMMIT: what had loaded by then. Trailing pools (states,
+    windows) do not bound the pages: they are attached or not (F4, F10;
     window_attachable_at_terminate).
     """
     loads: set[int] = set()
@@ -211,14 +214,15 @@ def committable_at_terminate(events: Sequence[Event], op: str, pools: Mapping[st
             continue
         if e.kind is EventKind.REVOKE:
             return 0
-        if e.kind is EventKind.TERMINATE:
+        if e.kind is EventKind.TERMINATE or (e.kind is EventKind.COMMIT and e.step is not None):
             if e.step is None:
                 return UNTRACKED_COMMIT_PAGES
             pages = min(_leading_pages(allocated.get("kv", []), loaded.get("kv", set()), page_size), hit)
+            # An ALL_PAGES pool with no slots of its own rides KV's host slots (upstream's indices_from_pool=KV).
             extras = [
-                PoolProgress(pool, HitPolicy.ALL_PAGES, _leading_pages(allocated[pool], loaded.get(pool, set()), page_size))
+                PoolProgress(pool, HitPolicy.ALL_PAGES, _leading_pages(allocated.get(pool, allocated.get("kv", [])), loaded.get(pool, set()), page_size))
                 for pool, policy in pools.items()
-                if pool != "kv" and pool in allocated and HitPolicy(policy) is HitPolicy.ALL_PAGES
+                if pool != "kv" and HitPolicy(policy) is HitPolicy.ALL_PAGES
             ]
             return committable_pages(pages, extras)
         if e.kind is EventKind.ALLOC and e.pool is not None:

@@ -22,6 +22,7 @@ from conformance.adapter import CacheEnv
 from conformance.live import evidence, runtime as live_runtime
 from conformance.live.layouts import BY_KEY
 from conformance.live.tree import SglangTree, locate
+from conformance.scenarios.schedule_model import DEFAULT_IO_ORDER
 
 @dataclass(frozen=True)
 class LiveAdapter:
@@ -35,6 +36,8 @@ class LiveAdapter:
     deployment: Mapping[str, tuple] = field(default_factory=dict)
     page_size: int | None = None  # the one page size the build runs at, where the tree's code fixes it
     page_size_evidence: tuple = ()
+    io_order: str = DEFAULT_IO_ORDER  # how the build's IO thread orders a prefetch's pools (schedule_model.IO_ORDERS)
+    io_order_evidence: tuple = ()
     ignored_fields: Mapping[str, tuple] = field(default_factory=dict)  # spec field -> why its key is accepted and never read
 
     @property
@@ -70,9 +73,11 @@ def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
         layout = BY_KEY[key]
         profile, why = evidence.profile_of(tree, layout.class_name)
         page_size, page_why = evidence.page_size_of(tree, layout)
+        io_order, io_why = evidence.io_order_of(tree, layout)
         adapters.append(LiveAdapter(f"sglang-live:{layout.row}@{tree.label}", tree, key, profile=profile, profile_evidence=why,
                                     deployment={**deployment, **evidence.layout_deployment(tree, layout)},
                                     page_size=page_size, page_size_evidence=page_why,
+                                    io_order=io_order or DEFAULT_IO_ORDER, io_order_evidence=io_why,
                                     ignored_fields=evidence.ignored_fields(tree, layout)))
     return adapters
 

@@ -19,6 +19,7 @@ from typing import Mapping
 from conformance.live.layout import Layout
 from conformance.live.layouts import CLASS_FILES
 from conformance.live.tree import SglangTree, parse_option
+from conformance.scenarios.schedule_model import EXTRAS_WITH_EACH_BATCH
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,16 @@ def page_size_of(tree: SglangTree, layout: Layout) -> tuple[int | None, tuple[st
     return None, ()
 
 
+def io_order_of(tree: SglangTree, layout: Layout) -> tuple[str | None, tuple[str, ...]]:
+    """(the IO order the layout's build loads a prefetch in, evidence); (None, ()) where the rule is absent or its line is
+    not found: the harness's default order."""
+    rule = layout.io_order_rule
+    hit = find(tree, rule.file, rule.pattern, within=rule.within) if rule is not None else None
+    if hit is None:
+        return None, ()
+    return EXTRAS_WITH_EACH_BATCH, (hit.cite(tree, f"{rule.why}: each KV batch's sidecar pages load beside it"),)
+
+
 def host_layout_of(tree: SglangTree, layout: Layout) -> tuple[str | None, tuple[str, ...]]:
     """(the host memory layout the layout's build demands, evidence); (None, ()) where it fixes none or the line is not found."""
     rule = layout.host_layout_rule
@@ -160,13 +171,17 @@ def host_layout_of(tree: SglangTree, layout: Layout) -> tuple[str | None, tuple[
 
 
 def _in_branch(tree: SglangTree, rel: str, line: int, header: str) -> bool:
-    """Whether the line sits in the body of a branch whose header matches `header` (the nearest less-indented line above it)."""
+    """Whether the line sits, at any depth, in the body of a branch whose header matches `header` (each less-indented
+    line above it opens one enclosing block, out to the top level)."""
     lines = _lines(tree, rel)
     text = lines[line - 1]
     indent = len(text) - len(text.lstrip())
     for above in reversed(lines[: line - 1]):
-        if above.strip() and len(above) - len(above.lstrip()) < indent:
-            return re.search(header, above) is not None
+        depth = len(above) - len(above.lstrip())
+        if above.strip() and depth < indent:
+            if re.search(header, above) is not None:
+                return True
+            indent = depth
     return False
 
 
@@ -198,8 +213,10 @@ def layout_deployment(tree: SglangTree, layout: Layout) -> Mapping[str, tuple[bo
     """Preconditions a layout's own build decides (beyond the tree's scheduler and storage), each with the lines that say so."""
     out: dict[str, tuple[bool, tuple[str, ...]]] = {}
     if layout.kv_rank_replicated:
-        skip = find(tree, CONTROLLER, r"and self\.storage_config\.tp_rank != 0")
+        # The fork and 0.5.19/0.5.20 spell the rule in the controller's backup_skip; 0.5.2x in the storage config's writer.
+        skip = (find(tree, CONTROLLER, r"and self\.storage_config\.tp_rank != 0")
+                or find(tree, STORAGE, r"return not self\.is_mla_model or self\.tp_rank ==", within="is_storage_writer"))
         if skip:
-            out["rank_local_backups"] = (False, (skip.cite(tree, "backup_skip: an MLA model's KV is the same on every TP rank and only rank 0 backs "
+            out["rank_local_backups"] = (False, (skip.cite(tree, "an MLA model's KV is the same on every TP rank and only one rank backs "
                                                                 "it up, so every rank reads that one copy, so no rank's storage lacks a page its peers' holds"),))
     return out

@@ -48,7 +48,19 @@ class PageSizeRule:
     within: str  # the class whose body holds it
     pattern: str
     why: str  # what the line says, for the evidence
-    other_platform: str = r"^\s*if .*\b_?is_(hip|npu|xpu)\b"  # a branch header whose body is not the path run here
+    other_platform: str = r"^\s*(el)?if .*\b_?is_(hip|npu|xpu)\b"  # a branch header whose body is not the path run here
+
+
+@dataclass(frozen=True)
+class IoOrderRule:
+    """The order the build's IO thread loads a prefetch in, read from the tree: where `pattern` matches in `within`'s
+    body, the sidecar pools load beside each KV batch (schedule_model's "extras_with_each_batch"); elsewhere after all
+    of KV, the default."""
+
+    file: str  # under sglang/
+    within: str  # the class whose body holds it
+    pattern: str
+    why: str  # what the line says, for the evidence
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,8 @@ class Layout:
     page_size_rule: "PageSizeRule | None" = None
     # Where the tree's code fixes the host memory layout (None: layer_first).
     host_layout_rule: "HostLayoutRule | None" = None
+    # Where the tree's code reads the KV-derived sidecars beside each KV batch (None: after all of KV).
+    io_order_rule: "IoOrderRule | None" = None
 
     @property
     def row(self) -> str:

@@ -189,6 +189,14 @@ def op_events(trace: TraceRecorder, op: str, kind: EventKind) -> list[Event]:
     return [e for e in trace.events() if e.op == op and e.kind is kind]
 
 
+def starts_after_terminate(trace, op: str = "r1") -> list[Event]:
+    """The loads of `op` that started after its first terminate (none before one)."""
+    terminates = op_events(trace, op, EventKind.TERMINATE)
+    if not terminates:
+        return []
+    return [e for e in op_events(trace, op, EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
+
+
 def fence_tokens(events: Sequence[Event], op: str, pools: Mapping[str, Any], page_size: int) -> int:
     """What the spec's fence lets one rank commit for `op`, from the trace alone (spec.fence.committable_at_terminate)."""
     pages = committable_at_terminate(events, op, {name: pool.hit_policy for name, pool in pools.items()}, page_size)

@@ -26,6 +26,7 @@ from conformance.bounds import WAIT_S
 from conformance.gates import WatchedTrace
 from conformance.oracles.outcome import check_outcome
 from conformance.gates import Gate
+from conformance.scenarios.schedule_model import EXTRAS_WITH_EACH_BATCH, adapter_io_order
 from conformance.scenarios.workload import drive, request_data, request_tokens, store
 from conformance.oracles.outcome import trailing_pools
 from spec.config import Policy, TerminationConfig
@@ -227,7 +228,6 @@ def test_short_or_corrupt_page_is_a_miss(rig, impl, pool, damage):
 
 # --- IO past the timeout ---------------------------------------------------------------------------
 
-@pytest.mark.io_order("kv_then_extras", "holds the second KV batch, then the extra-pool get after all of KV")
 @pytest.mark.clause("L2", "T2", "D3", "D5", "F3", "F11", "F4", "F5", "F10", "S1", "S3", "S5")
 @pytest.mark.parametrize("held", ["kv-batch-2", pytest.param("extra-pool", marks=EXTRA)])
 def test_io_past_the_timeout_is_excluded(rig, impl, held, profile, page_size):
@@ -238,20 +238,25 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held, profile, page_size):
     hold = rig.gate.hold(f"{held} of {RID}", nth_load(rig, *target))
     assert cache.prefetch(RID, tokens) == len(tokens)
     hold.wait_reached()
-    # Held extra pool: KV complete, a transfer pending (D3); held KV batch: KV incomplete, not timed out (D5).
-    clause = profile.counterpart("D3" if held == "extra-pool" else "D5")
+    # The pages each pool holds at the hold. After all of KV (the default order), the extra pools wait for KV's last
+    # batch; beside each KV batch, an ALL_PAGES pool has every landed batch's pages and KV stops at the held pool's batch.
+    per_batch = adapter_io_order(impl) == EXTRAS_WITH_EACH_BATCH
+    held_beside_kv = per_batch and target[0] in all_pages_extras(cache)  # the first batch's get, KV's second not begun
+    kv_pages = BATCH_PAGES if held == "kv-batch-2" or held_beside_kv else PAGES
+    landed_with_kv = set(all_pages_extras(cache)) if per_batch and not held_beside_kv else set()
+    # Held extra pool: KV complete, a transfer pending (D3); KV incomplete, not timed out (D5).
+    clause = profile.counterpart("D3" if kv_pages == PAGES else "D5")
     assert cache.check_progress([RID]) == {}, f"{clause}: terminated with the {held} transfer still running, before the deadline"
     rig.clock.advance(timeout_budget(rig.config("timeout"), PAGES) + 0.5)
     done = cache.check_progress([RID])
     # Held extra pool: KV landed and a pool pending past the deadline, the state upstream's design holds (a divergence).
     landed = DecisionState(policy=Policy.TIMEOUT, page_size=page_size, hit_pages=PAGES, completed_tokens=PAGES * page_size,
                            timed_out=True, pool_transfers_present=True, pool_transfers_done=False, terminated=False)
-    held_landed = divergence_suffix(landed, False) if held == "extra-pool" else ""
+    held_landed = divergence_suffix(landed, False) if kv_pages == PAGES else ""
     assert RID in done, f"L2: every rank was past the deadline, yet the check did not terminate the prefetch{held_landed}"
     committed = done[RID]
     # F3/F5: only finished IO counts; the held transfer and everything after it are excluded.
-    kv_pages = BATCH_PAGES if held == "kv-batch-2" else PAGES
-    pools = [PoolProgress(name, cache.pools[name].hit_policy, 0) for name in extras]
+    pools = [PoolProgress(name, cache.pools[name].hit_policy, kv_pages if name in landed_with_kv else 0) for name in extras]
     want = committable_pages(kv_pages, pools) * page_size
     assert committed == want, f"F3: committed {committed} tokens at the timeout; finished IO allows exactly {want}"
     hold.release()

@@ -28,11 +28,12 @@ from conformance.scenarios.races import (
     remove_files,
     require_pool,
     served,
+    starts_after_terminate,
     stored_request,
 )
 from conformance.scenarios.workload import checked_progress, drive
 from spec.config import TerminationConfig
-from spec.trace import LOAD, Event, EventKind
+from spec.trace import Event, EventKind
 
 PAGES = 4
 BATCH = 2
@@ -69,13 +70,6 @@ def terminated_while_held(cache, trace, gate, description: str, held_at, *, seed
     done = cache.check_progress(["r1"])
     assert "r1" in done, "D1: best_effort must stop waiting at the first check"
     return tokens, data, hold, done
-
-
-def starts_after_terminate(trace, op: str = "r1") -> list[Event]:
-    terminates = op_events(trace, op, EventKind.TERMINATE)
-    if not terminates:
-        return []
-    return [e for e in op_events(trace, op, EventKind.IO_START) if e.value == LOAD and e.seq > terminates[0].seq]
 
 
 @pytest.mark.needs("hold_points")

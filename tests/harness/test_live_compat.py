@@ -26,6 +26,8 @@ def test_a_class_not_in_the_target_one_outside_the_wired_layouts_and_one_that_do
     assert result["target"] == "0.4.10"
     assert classes["HiMambaRadixCache"] == ["not in this target"]
     assert classes["UnifiedRadixCache"] == ["not run: `UnifiedRadixCache`: not the 0.5.21+ layout "
+                                            "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",
+                                            "not run: `UnifiedRadixCache+dsa`: not the 0.5.21+ DSA build "
                                             "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)"]
     lines = classes["HiRadixCache"]
     assert any(line.startswith("not run: `HiRadixCache` (the fork's layout): --sglang-live: importing sglang.srt.mem_cache.hiradix_cache")

@@ -188,3 +188,48 @@ def test_without_its_max_reduce_the_class_declares_no_drain_vote(tmp_path):
     path.write_text(DRAIN_HIRADIX.replace("torch.distributed.ReduceOp.MAX", "op"))
     (adapter,) = adapters_for(locate(str(tmp_path)))
     assert adapter.profile is None, "no line shows the agreement: the spec's defaults judge it"
+
+
+STORAGE_WRITER = """
+class HiCacheStorageConfig:
+    @property
+    def is_storage_writer(self) -> bool:
+        return not self.is_mla_model or self.tp_rank == self.dcp_rank
+"""
+PER_BATCH_CONTROLLER = """
+class HiCacheController:
+    def _page_transfer(self, operation):
+        for i in range(0, len(operation.hash_value), STORAGE_BATCH_SIZE):
+            hit_pages = self._page_transfer_kv_batch(operation, batch_hashes, batch_host_indices, extra_info, kv_derived)
+
+    def _page_transfer_kv_batch(self, operation, batch_hashes, batch_host_indices, extra_info, kv_derived_transfers):
+        kv_hits = self.page_get_func(operation, batch_hashes, batch_host_indices, extra_info)
+        sidecar_results = self.storage_backend.batch_get_v2(kv_derived_transfers, extra_info=extra_info)
+"""
+
+
+def test_the_writer_rule_of_the_unified_line_also_declares_the_backups_rank_replicated(tmp_path):
+    dsa_tree(tmp_path, controller=False)
+    (tmp_path / "python" / "sglang" / "srt" / "mem_cache" / "hicache_storage.py").write_text(STORAGE_WRITER)
+    (dsa,) = [a for a in adapters_for(locate(str(tmp_path))) if a.layout_key == "HiRadixCache+dsa"]
+    produced, (why,) = dsa.deployment["rank_local_backups"]
+    assert produced is False and "hicache_storage.py:5:" in why and "tp_rank == self.dcp_rank" in why, why
+
+
+@pytest.mark.parametrize("layout_key", ["HiRadixCache+dsa/drain", "UnifiedRadixCache+dsa"])
+def test_a_build_that_reads_the_sidecars_beside_each_kv_batch_declares_that_io_order(tmp_path, layout_key):
+    from conformance.live import evidence
+    from conformance.live.layouts import BY_KEY
+    from conformance.scenarios.schedule_model import EXTRAS_WITH_EACH_BATCH
+
+    dsa_tree(tmp_path, controller=False)
+    managers = tmp_path / "python" / "sglang" / "srt" / "managers"
+    managers.mkdir(parents=True)
+    (managers / "cache_controller.py").write_text(PER_BATCH_CONTROLLER)
+    tree = locate(str(tmp_path))
+    order, (why,) = evidence.io_order_of(tree, BY_KEY[layout_key])
+    assert order == EXTRAS_WITH_EACH_BATCH and "cache_controller.py:7:" in why, why
+    (managers / "cache_controller.py").write_text(PER_BATCH_CONTROLLER.replace("_page_transfer_kv_batch", "_page_get_one_batch"))
+    assert evidence.io_order_of(locate(str(tmp_path)), BY_KEY[layout_key]) == (None, ()), "no such line: the default order"
+    (fork,) = [a for a in adapters_for(tree) if a.layout_key == "HiRadixCache+dsa"]
+    assert fork.io_order == "kv_then_extras", "the fork's build loads the indexer after all of KV"

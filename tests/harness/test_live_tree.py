@@ -57,7 +57,9 @@ def test_wheel_or_site_packages_layout(tmp_path):
     (tmp_path / "sglang-0.5.23.dist-info").mkdir()
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path and tree.label == "0.5.23"
-    assert tree.layouts == ("UnifiedRadixCache",) and tree.unwired == ()
+    assert tree.layouts == ("UnifiedRadixCache",)
+    assert tree.unwired == ("UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.21+ DSA build the harness "
+                            "is wired to (sglang/srt/mem_cache/memory_pool.py does not exist)",), "a build the tree lacks says so"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
 
@@ -69,7 +71,9 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
     tree = locate(str(tmp_path / "other"))
     assert tree.layouts == ()
     assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.21+ layout the harness is wired to "
-                            "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",)
+                            "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",
+                            "UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.21+ DSA build the harness "
+                            "is wired to (sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)")
 
 
 def test_package_directory_itself(tmp_path):

@@ -144,3 +144,29 @@ def test_oracle_clamps_to_the_hit_and_zeroes_revokes_and_aborts():
     running = OpTrace()
     running.load("kv", [10, 11])
     assert running.pages() is None
+
+
+def test_oracle_cuts_a_commit_without_terminate_at_the_commit():
+    """The ACK drain commits a completed prefetch in a scheduler step with no terminate: what had loaded by then counts."""
+    t = OpTrace()
+    t.load("kv", [10, 11, 12, 13, 14, 15])
+    t.load("indexer", [10, 11])
+    t.load("indexer", [12, 13, 14, 15], ok=False)  # two indexer pages gone from storage
+    assert t.pages() is None  # neither terminated nor committed yet
+    t.r(K.COMMIT, step=2, value=6)
+    t.load("indexer", [12, 13])  # after the commit: counts for nothing
+    assert t.pages() == 1
+    assert t.pages({"kv": "all_pages"}) == 3
+
+
+def test_oracle_bounds_by_a_pool_that_rides_the_kv_slots():
+    """A KV-derived pool (indices_from_pool=KV) allocates no slots of its own: its loads are judged on KV's slots."""
+    t = OpTrace()
+    t.rec = TraceRecorder(ManualClock())
+    t.r(K.ALLOC, pool="kv", space=HOST, slots=range(10, 16))
+    t.r(K.HIT, value=3)
+    t.load("kv", [10, 11, 12, 13, 14, 15])
+    t.load("indexer", [10, 11])
+    t.r(K.TERMINATE, step=1, value=6)
+    assert t.pages() == 1
+    assert t.pages({"kv": "all_pages"}) == 3

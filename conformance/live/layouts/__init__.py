@@ -9,8 +9,9 @@ then its line below (docs/contributing.md, "A new upstream layout").
 from __future__ import annotations
 
 from conformance.live.layout import Layout
-from conformance.live.layouts import hi_mamba, hiradix, hiradix_drain, hiradix_dsa, hiradix_dsa_drain, unified
+from conformance.live.layouts import hi_mamba, hiradix, hiradix_drain, hiradix_dsa, hiradix_dsa_drain, unified, unified_dsa
 
-LAYOUTS: tuple[Layout, ...] = (hiradix.LAYOUT, hiradix_drain.LAYOUT, hiradix_dsa.LAYOUT, hiradix_dsa_drain.LAYOUT, hi_mamba.LAYOUT, unified.LAYOUT)
+LAYOUTS: tuple[Layout, ...] = (hiradix.LAYOUT, hiradix_drain.LAYOUT, hiradix_dsa.LAYOUT, hiradix_dsa_drain.LAYOUT, hi_mamba.LAYOUT, unified.LAYOUT,
+                             unified_dsa.LAYOUT)
 BY_KEY = {layout.key: layout for layout in LAYOUTS}
 CLASS_FILES = {layout.class_name: layout.module_file for layout in LAYOUTS}  # class -> its module (one per class)

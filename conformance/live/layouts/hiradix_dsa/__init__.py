@@ -7,13 +7,16 @@ DSATokenToKVPool; that pool fixes the page size (its assert), so the build
 runs at the page size the tree's code demands.
 """
 
-from conformance.live.layout import Layout, Mark, PageSizeRule
+from conformance.live.layout import IoOrderRule, Layout, Mark, PageSizeRule
 from conformance.live.layouts.hiradix import FORK_PREFETCH
 
 # What every DSA build of HiRadixCache is made of (the host indexer pool's module moved between releases).
 DSA_POOL = Mark("srt/mem_cache/memory_pool.py", r"^class DSATokenToKVPool\b", "DSATokenToKVPool")
 DSA_ASSEMBLER = Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^def attach_hybrid_dsa_pool_to_hiradix_cache\b",
                      "attach_hybrid_dsa_pool_to_hiradix_cache (the DSA assembler)")
+# The release lines after the fork read each KV batch's KV-derived pages (the indexer) right after its KV.
+SIDECAR_PER_KV_BATCH = IoOrderRule("srt/managers/cache_controller.py", "HiCacheController", r"^\s*def _page_transfer_kv_batch\b",
+                                   "HiCacheController reads a KV batch and its KV-derived pools together")
 DSA_BRANCH = Mark("srt/mem_cache/hiradix_cache.py", r"isinstance\(self\.kv_cache, DSATokenToKVPool\)", "DSA branch in HiRadixCache")
 
 LAYOUT = Layout(

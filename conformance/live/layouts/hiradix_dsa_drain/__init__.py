@@ -7,7 +7,7 @@ beside every KV batch and clamps each batch to the shorter of the two.
 
 from conformance.live.layout import Layout, Mark
 from conformance.live.layouts.hiradix_drain import DRAIN
-from conformance.live.layouts.hiradix_dsa import DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, LAYOUT as FORK_DSA
+from conformance.live.layouts.hiradix_dsa import DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, LAYOUT as FORK_DSA, SIDECAR_PER_KV_BATCH
 
 LAYOUT = Layout(
     key="HiRadixCache+dsa/drain",
@@ -31,5 +31,6 @@ LAYOUT = Layout(
         DSA_BRANCH,
     ),
     host_pool_modules=("pool_host_mla", "pool_host_dsa"),
+    io_order_rule=SIDECAR_PER_KV_BATCH,
     page_size_rule=FORK_DSA.page_size_rule,
 )

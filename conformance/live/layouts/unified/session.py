@@ -44,8 +44,13 @@ class UnifiedSession(AckDrainSession):
     CLASS_NAME = "UnifiedRadixCache"
 
     def build(self) -> Any:
-        m = self.runtime.modules
         _, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
+        return self.build_unified(req_pool)
+
+    def build_unified(self, req_pool: Any) -> Any:
+        """The tree with the FULL component on the device tier build() made, then init_hicache (upstream's assembler picks
+        the host stack from the device pool); sets the KV host pool and the session's request state."""
+        m = self.runtime.modules
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
             tp_cache_group=self.group, tree_components=(m["components"].ComponentType.FULL,))
