@@ -170,6 +170,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         add_clause_keywords(item)
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselect: a test they dropped is not listed as left out by the harness
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     harness = active_harness(config)
     if harness is not None:

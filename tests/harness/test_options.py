@@ -116,3 +116,35 @@ def test_dash_k_matches_the_clauses_a_test_cites(suite):
     assert collected(result) == ["test_suite.py::test_cites_two[hiradix]"], result.outlines
     result = run(suite, "-k", "S1 or F3", "--co", "-q")
     assert collected(result) == ["test_suite.py::test_cites_s1[hiradix]", "test_suite.py::test_cites_two[hiradix]"], result.outlines
+
+
+NEEDS_SUITE = '''
+import pytest
+
+
+@pytest.mark.needs("pool:swa")
+@pytest.mark.clause("F10")
+def test_needs_a_window(impl):
+    pass
+
+
+@pytest.mark.clause("S1")
+def test_cites_s1(impl):
+    pass
+'''
+
+
+def test_a_test_dash_k_deselected_is_not_judged_in_the_matrix(suite):
+    """-k dropped the test the harness would have left out (it needs a window pool): its clause is uncovered, not 'not judged'."""
+    suite.makepyfile(test_needs=NEEDS_SUITE)
+    args = ("-p", "conformance.plugin", "-p", "conformance.plugin.fixtures", "-p", "no:cacheprovider", "-p", "no:benchmark",
+            "--cache-impl", "adapters_under_test:good", "test_needs.py")
+
+    def f10_cell(*extra: str) -> str:
+        lines = suite.runpytest_inprocess(*args, *extra).outlines
+        header = next(line.split() for line in lines if line.split()[:2] == ["C1", "C2"])
+        row = next(line.split() for line in lines if line.startswith("hiradix/cpu"))
+        return row[1 + header.index("F10")]
+
+    assert f10_cell() == "j", "test setup: the window test is left out for an adapter without the pool"
+    assert f10_cell("-k", "cites_s1") == ".", "a test -k deselected was still counted as left out by the harness"
