@@ -40,38 +40,31 @@ class Mark:
 
 
 @dataclass(frozen=True)
-class PageSizeRule:
-    """The page size a build demands, read from the tree: the first match of `pattern` (one integer group) in `within`'s body
-    outside a branch for another platform (the harness runs upstream's CPU/CUDA path)."""
+class LineRule:
+    """A fact of a build read from one line of the tree: the first match of `pattern` in `within`'s body."""
 
     file: str  # under sglang/
     within: str  # the class whose body holds it
     pattern: str
     why: str  # what the line says, for the evidence
+
+
+@dataclass(frozen=True)
+class PageSizeRule(LineRule):
+    """The page size a build demands: `pattern` has one integer group, and the line counts only outside a branch for
+    another platform (the harness runs upstream's CPU/CUDA path)."""
+
     other_platform: str = r"^\s*(el)?if .*\b_?is_(hip|npu|xpu)\b"  # a branch header whose body is not the path run here
 
 
-@dataclass(frozen=True)
-class IoOrderRule:
-    """The order the build's IO thread loads a prefetch in, read from the tree: where `pattern` matches in `within`'s
-    body, the sidecar pools load beside each KV batch (schedule_model's "extras_with_each_batch"); elsewhere after all
-    of KV, the default."""
-
-    file: str  # under sglang/
-    within: str  # the class whose body holds it
-    pattern: str
-    why: str  # what the line says, for the evidence
+class IoOrderRule(LineRule):
+    """The order the build's IO thread loads a prefetch in: where the line is, the sidecar pools load beside each KV
+    batch (schedule_model's "extras_with_each_batch"); elsewhere after all of KV, the default."""
 
 
-@dataclass(frozen=True)
-class HostLayoutRule:
-    """The host memory layout a build demands, read from the tree: the first match of `pattern` (one group, the layout's
-    name) in `within`'s body. Without one, a session runs upstream's layer_first, as a user of the direct IO backend does."""
-
-    file: str  # under sglang/
-    within: str  # the class whose body holds it
-    pattern: str
-    why: str  # what the line says, for the evidence
+class HostLayoutRule(LineRule):
+    """The host memory layout a build demands: `pattern` has one group, the layout's name. Without one, a session runs
+    upstream's layer_first, as a user of the direct IO backend does."""
 
 
 @dataclass(frozen=True)

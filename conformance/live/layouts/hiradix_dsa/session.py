@@ -23,19 +23,29 @@ def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
     configure_hiradix(runtime, fields)
 
 
+def dsa_tier(session: LiveSession) -> tuple[Any, Any]:
+    """The DSA device tier on the session (its allocator and latent rows); (the device pool, the request pool)."""
+    device_pool, session.allocator, req_pool = dsa_device_tier(session.runtime, session.env, session.device_pages)
+    session.kv = LatentRows(device_pool)
+    return device_pool, req_pool
+
+
+def attach_indexer(session: LiveSession, device_pool: Any, host_pools: Any) -> None:
+    """The indexer as the session's sidecar: upstream's INDEXER host pool out of the host pool group its assembler built."""
+    storage = session.runtime.modules["hicache_storage"]
+    session.sidecars = [IndexerSidecar(device_pool, host_pools.get_pool(storage.PoolName.INDEXER), storage, session.storage_file_name)]
+
+
 def build_dsa(session: LiveSession) -> Any:
     """The DSA device tier, then upstream's own HiRadixCache on it (its assembler builds the rest); sets the session's tiers and sidecar."""
     m = session.runtime.modules
-    device_pool, session.allocator, req_pool = dsa_device_tier(session.runtime, session.env, session.device_pages)
-    session.kv = LatentRows(device_pool)
+    device_pool, req_pool = dsa_tier(session)
     params = m["cache_init_params"].CacheInitParams(
         disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=session.allocator,
         page_size=session.env.page_size, tp_cache_group=session.group)
     cache = m["hiradix_cache"].HiRadixCache(params, session.args)
-    storage = m["hicache_storage"]
     session.kv_host = cache.full_kv_pool_host
-    session.sidecars = [IndexerSidecar(device_pool, cache.token_to_kv_pool_host.get_pool(storage.PoolName.INDEXER), storage,
-                                       session.storage_file_name)]
+    attach_indexer(session, device_pool, cache.token_to_kv_pool_host)
     return cache
 
 
