@@ -21,6 +21,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the backport
         toml = None  # type: ignore[assignment]
 
 from lint.errors import LintConfigError
+from lint.protocol import DONE
 
 SECTION = "hicache-lint"
 # Both upstream architectures: the fork's vote per check and 0.5.2x's ACK drain.
@@ -74,6 +75,7 @@ class Implementation:
     allocation_fields: tuple[str, ...] = DEFAULT_ALLOCATION_FIELDS
     pools_ended: tuple[str, ...] = DEFAULT_POOLS_ENDED
     extra_pools: Optional[bool] = None
+    configured: bool = field(default=False, compare=False)  # listed in the configuration (else recognized)
 
     def __str__(self) -> str:
         return f"{self.path}::{self.class_qualname}.{self.method}"
@@ -90,6 +92,8 @@ class Config:
     allocation_fields: tuple[str, ...] = DEFAULT_ALLOCATION_FIELDS
     pools_ended: tuple[str, ...] = DEFAULT_POOLS_ENDED
     pool_fields: tuple[str, ...] = DEFAULT_POOL_FIELDS
+    # the attribute set once every extra-pool transfer of an operation ended
+    completion_flag: str = DONE
     # rule selection, as written (lint/selection.py resolves it against the rules)
     select: Optional[tuple[str, ...]] = None  # None: every rule
     extend_select: tuple[str, ...] = ()
@@ -152,6 +156,12 @@ class _Table:
                 raise self.fail(f"{self.prefix}{key}: entry {item!r} is not valid; accepted: {accepted}")
         return tuple(value)
 
+    def name(self, key: str, default: str, accepted: str) -> str:
+        value = self.table.get(key, default)
+        if key in self.table and not (isinstance(value, str) and IDENT.match(value)):
+            raise self.fail(f"{key} = {value!r}: expected one identifier ({accepted})")
+        return value
+
     def boolean(self, key: str, default: Any) -> Any:
         value = self.table.get(key, default)
         if key in self.table and not isinstance(value, bool):
@@ -170,7 +180,7 @@ _NAMES = {
     "pools-ended": ("attribute or method names true once every pool transfer has ended", True),
 }
 IMPLEMENTATION_KEYS = ("method", "fenced", "guard", "commit", *_NAMES, "extra-pools")
-KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "commit-methods", *_NAMES, "pool-fields",
+KNOWN_KEYS = ("methods", "reduce-calls", "implementations", "commit-methods", *_NAMES, "pool-fields", "completion-flag",
               "select", "extend-select", "ignore", "enable", "disable", "per-file-ignores", "exclude",
               "extend-exclude", "respect-gitignore", "baseline", "fail-on-warnings")
 _IMPL_ACCEPTED = ("'path/to/file.py::Class.method' or a table {method = '...', fenced = true, "
@@ -199,7 +209,7 @@ def _implementation(source: str, item: Any, defaults: dict[str, tuple[str, ...]]
     lists = {key.replace("-", "_"): read.names(key, defaults[key], accepted, allow_empty)
              for key, (accepted, allow_empty) in _NAMES.items()}
     return Implementation(match["path"], match["cls"], match["method"], read.boolean("fenced", False), guard,
-                          commit, extra_pools=read.boolean("extra-pools", None), **lists)
+                          commit, extra_pools=read.boolean("extra-pools", None), configured=True, **lists)
 
 
 def _per_file_ignores(read: _Table) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -251,6 +261,8 @@ def from_table(table: Any, source: str, root: Path, config_path: Optional[Path])
                                   "method names that commit or release prefetch results (an ACK drain)"),
         pool_fields=read.names("pool-fields", base.pool_fields,
                                "names (or parts of names) that bring extra-pool transfers into a class"),
+        completion_flag=read.name("completion-flag", base.completion_flag,
+                                  "the attribute set once every extra-pool transfer ended, e.g. 'pool_transfers_done'"),
         exclude=read.strings("exclude", base.exclude, globs, allow_empty=True),
         extend_exclude=read.strings("extend-exclude", (), globs, allow_empty=True),
         respect_gitignore=read.boolean("respect-gitignore", True),

@@ -20,7 +20,6 @@ from lint.flag_names import DefinitionSearch
 from lint.ignore import Ignores
 from lint.locate import MethodSite
 from lint.pools import ClassPools, Evidence, FlagSearch, flag_evidence
-from lint.protocol import DONE
 from lint.result import Result
 from lint.rules import ALL_RULES, GroupRule, MethodRule
 from lint.selection import Selection, selection as select_rules
@@ -68,9 +67,10 @@ class Linter:
         self.method_names = frozenset(names)
         self.needles = [n.encode() for n in sorted(names)]
         self.read_paths: list[Path] = []  # every file read, searched for a flag-like name HC101 names
-        self.class_pools = ClassPools(config.pool_fields, display_path)
+        self.class_pools = ClassPools(config.pool_fields, display_path, config.completion_flag)
         self.flag_seen: list[Evidence] = []  # where the run's own files hold the completion flag
-        self.flags = FlagSearch(self.flag_seen, [self.configured_files, self.tree_files], display_path)
+        self.flags = FlagSearch(self.flag_seen, [self.configured_files, self.tree_files], display_path,
+                                config.completion_flag)
         self.names = DefinitionSearch([lambda: self.read_paths, self.configured_files, self.tree_files],
                                       display_path)
 
@@ -108,7 +108,7 @@ class Linter:
         return analysis
 
     def _note_flag(self, display: str, text: str) -> None:
-        found = flag_evidence(display, text)
+        found = flag_evidence(display, text, self.config.completion_flag)
         if found is not None:
             self.flag_seen.append(found)
 
@@ -161,7 +161,7 @@ class Linter:
                 self.result.errors.append(problem)
                 return
         if not passes_prefilter(data, self.needles):
-            if DONE.encode() in data:
+            if self.config.completion_flag.encode() in data:
                 self._note_flag(candidate.display, data.decode("utf-8", "replace"))
             return
         source = self.kept(load(candidate, data))

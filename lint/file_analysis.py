@@ -71,17 +71,17 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: O
     except Unparsable as exc:
         return FileError(source.display, str(exc))
     where = path or Path(source.display)
-    class_pools = class_pools or ClassPools(config.pool_fields, display_path)
+    class_pools = class_pools or ClassPools(config.pool_fields, display_path, config.completion_flag)
     methods = []
     for unit in parsed:
-        method = analyze_method(unit, source.display, config.reduce_calls, source.lines)
+        method = analyze_method(unit, source.display, config.reduce_calls, source.lines, config.completion_flag)
         site = unit.site
         impl = implementation(config, config.implementation_for(where, site.class_qualname), source.display, site,
                               unit.func)
         method.implementation = impl
         if impl is not None and impl.guard == "commit":
             signals = Signals(frozenset(impl.io_ended), frozenset(impl.allocation_fields),
-                              frozenset(impl.pools_ended))
+                              frozenset(impl.pools_ended), config.completion_flag)
             method.commit = analyze_commit(site.index, impl.commit, impl.sidecar_fields, signals)
         else:
             method.pools = class_pools.find(source.tree, source.lines, where, site.class_qualname, skip=site.method)

@@ -70,22 +70,23 @@ class FixRun:
     def _run_reads(self) -> dict[Kind, list[Read]]:
         """Pool-field reads in every file of the run."""
         parsed = {a.path for a in self.analyses}
-        return merged([tree_reads(a.source.tree, a.source.lines) for a in self.analyses]
-                      + [file_reads(path) for path in self.linter.seen if path not in parsed])
+        flag = self.config.completion_flag
+        return merged([tree_reads(a.source.tree, a.source.lines, flag) for a in self.analyses]
+                      + [file_reads(path, flag) for path in self.linter.seen if path not in parsed])
 
     @cached_property
     def _configured_reads(self) -> dict[Kind, list[Read]]:
         """Pool-field reads in the configured implementations' files."""
-        return merged(file_reads(path) for path in self.linter.configured_files())
+        return merged(file_reads(path, self.config.completion_flag) for path in self.linter.configured_files())
 
     def _fixer_for(self, analysis: FileAnalysis) -> Fixer:
         source = analysis.source
         loaders: list[tuple[str, Callable[[], dict[Kind, list[Read]]]]] = [
-            ("this file", lambda: tree_reads(source.tree, source.lines)),
+            ("this file", lambda: tree_reads(source.tree, source.lines, self.config.completion_flag)),
             ("the files linted with it", lambda: self._run_reads),
             ("the configured implementations", lambda: self._configured_reads),
         ]
-        return Fixer(self.config, Evidence(loaders))
+        return Fixer(self.config, Evidence(loaders, self.config.completion_flag))
 
     def _plans(self, analysis: FileAnalysis, fixer: Fixer, skip: set[str]
                ) -> tuple[list[tuple[MethodAnalysis, Edits]], list[str]]:

@@ -14,21 +14,24 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from lint.pools import Evidence
-from lint.protocol import DONE
 
 _TRANSFERS = ("transfer", "xfer", "pool", "extra")
 _ENDED = ("done", "finish", "complet", "ended", "ready", "pending")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
 
-def looks_like_flag(name: str) -> bool:
+def looks_like_flag(name: str, flag: str) -> bool:
     """A transfer word with a completion word, or a near miss of the flag's spelling."""
-    if DONE in name:
+    if flag in name:
         return False  # the flag itself, as the guard pass reads it
     words = [w.lower() for w in _WORD.findall(name)]
     if any(w.startswith(_TRANSFERS) for w in words) and any(w.startswith(_ENDED) for w in words):
         return True
-    return difflib.SequenceMatcher(None, name.lower(), DONE).ratio() >= 0.9
+    return difflib.SequenceMatcher(None, name.lower(), flag.lower()).ratio() >= 0.9
+
+
+# an attribute bound (`x.name = ...`) or a class field declared boolean (`name: bool`)
+_BOUND = re.compile(r"\.([A-Za-z_]\w*)\s*=(?!=)|^\s+([A-Za-z_]\w*)\s*:\s*bool\b")
 
 
 def _definition(name: str) -> re.Pattern:
@@ -64,12 +67,35 @@ class DefinitionSearch:
             self.found[name] = self._search(name, own_path)
         return self.found[name]
 
-    def _search(self, name: str, own_path: str) -> Optional[Evidence]:
+    def renamed(self, flag: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
+        """Where a flag-like attribute is bound, when `flag` itself is bound nowhere: the flag renamed."""
+        for display, lines in [(own_path, own_lines), *self._texts(own_path)]:
+            for number, line in enumerate(lines, 1):
+                for match in _BOUND.finditer(line.split("#", 1)[0]):
+                    name = match.group(1) or match.group(2)
+                    if looks_like_flag(name, flag):
+                        return Evidence("" if display == own_path else display, number, f"defines '{name}'")
+        return None
+
+    def _texts(self, own_path: str) -> Iterable[tuple[str, list[str]]]:
+        for path in self._files():
+            display = self.display(path)
+            if display == own_path:
+                continue
+            try:
+                yield display, path.read_text("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+
+    def _files(self) -> list[Path]:
         if self.files is None:
             listed = {path.resolve(): None for group in self.groups for path in group()}
             self.files = list(listed)
+        return self.files
+
+    def _search(self, name: str, own_path: str) -> Optional[Evidence]:
         needle = name.encode()
-        for path in self.files:
+        for path in self._files():
             display = self.display(path)
             if display == own_path:
                 continue

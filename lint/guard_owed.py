@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Optional
 from lint.findings import Finding
 from lint.flag_names import DefinitionSearch
 from lint.pools import Evidence, FlagSearch
-from lint.protocol import DONE
 from lint.rules.pools_unseen import PoolsUnseen
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ def _note(method: "MethodAnalysis", pools: Optional[Evidence], flag: Optional[Ev
         missing.append("no line of the class, the module functions it calls or its base classes brings "
                        "extra-pool transfers in")
     if flag is None:
-        missing.append(f"no '{DONE}' flag exists in the linted files, the configured implementations or "
+        missing.append(f"no '{method.flag}' flag exists in the linted files, the configured implementations or "
                        "the project tree")
     return PoolsUnseen.finding(
         method, method.def_line, method.def_col,
@@ -44,6 +43,16 @@ def _lookalikes(method: "MethodAnalysis", names: DefinitionSearch) -> str:
     return "".join(f"; {part}" for part in parts)
 
 
+def _renamed(method: "MethodAnalysis", pools: Optional[Evidence], flag: Optional[Evidence],
+             names: Optional[DefinitionSearch]) -> Optional[Evidence]:
+    """For a configured implementation whose pools are seen and whose flag is not: where a name
+    like the flag is bound instead (a flag that never existed stays a note, HC109)."""
+    impl = method.implementation
+    if pools is None or flag is not None or names is None or impl is None or not impl.configured:
+        return None
+    return names.renamed(method.flag, method.path, method.lines)
+
+
 def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch,
          names: Optional[DefinitionSearch] = None) -> list[Finding]:
     """`findings` with HC101-HC103 kept (and their evidence named) only where a guard is owed."""
@@ -53,9 +62,18 @@ def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch,
     kept = [f for f in findings if f.code not in OWED_CODES]
     pools = method.pools
     flag = flags.find() if pools is not None else None
+    also = _lookalikes(method, names) if names is not None and method.lookalikes else ""
     if pools is not None and flag is not None:
         evidence = f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}"
-        also = _lookalikes(method, names) if names is not None and method.lookalikes else ""
+        return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
+    renamed = _renamed(method, pools, flag, names)
+    if renamed is not None:
+        # the class still has its pools and the flag is gone, but a name like it is bound: renamed.
+        # That fails the run, or renaming the flag everywhere would turn every guard check off.
+        evidence = (f"extra pools: {pools.describe()}; its completion flag '{method.flag}' (completion-flag) "
+                    f"is defined and read nowhere in the linted files, the configured implementations or "
+                    f"the project tree, and {renamed.describe()}: if the flag was renamed, set "
+                    f"completion-flag to the new name")
         return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
     if method.implementation is not None and method.implementation.extra_pools:
         kept.append(_note(method, pools, flag if pools is not None else flags.find()))

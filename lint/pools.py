@@ -53,11 +53,12 @@ def _mentions(node: ast.AST) -> Iterator[tuple[str, str, int]]:
             yield sub.value, "names", sub.lineno
 
 
-def _pool_name(name: str, fields: tuple[str, ...]) -> bool:
-    return DONE not in name and any(f in name for f in fields)
+def _pool_name(name: str, fields: tuple[str, ...], flag: str) -> bool:
+    return flag not in name and any(f in name for f in fields)
 
 
-def _in_body(nodes: Iterable[ast.AST], fields: tuple[str, ...], lines: list[str]) -> Optional[tuple[int, str]]:
+def _in_body(nodes: Iterable[ast.AST], fields: tuple[str, ...], lines: list[str], flag: str
+             ) -> Optional[tuple[int, str]]:
     best: Optional[tuple[int, str]] = None
     for node in nodes:
         start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or len(lines)
@@ -65,7 +66,7 @@ def _in_body(nodes: Iterable[ast.AST], fields: tuple[str, ...], lines: list[str]
         if not any(f in text for f in fields):
             continue  # walking a long class costs; its text says first whether a walk can find anything
         for name, verb, line in _mentions(node):
-            if _pool_name(name, fields) and (best is None or line < best[0]):
+            if _pool_name(name, fields, flag) and (best is None or line < best[0]):
                 best = (line, f"{verb} '{name}'")
     return best
 
@@ -95,6 +96,7 @@ class ClassPools:
 
     fields: tuple[str, ...]
     display: Callable[[Path], str]  # as the run shows paths
+    flag: str = DONE  # the completion flag: a name holding it is no pool
     cache: dict[tuple[Path, str], Optional[Evidence]] = field(default_factory=dict)
 
     def find(self, tree: ast.Module, lines: list[str], path: Path, qualname: str, skip: str = "",
@@ -112,14 +114,14 @@ class ClassPools:
     def _in_class(self, tree: ast.Module, lines: list[str], path: Path, cls: ast.ClassDef, skip: str,
                   depth: int) -> Optional[Evidence]:
         others = [n for n in cls.body if getattr(n, "name", None) != skip]
-        own = (_in_body(others, self.fields, lines)
-               or _in_body([n for n in cls.body if n not in others], self.fields, lines))
+        own = (_in_body(others, self.fields, lines, self.flag)
+               or _in_body([n for n in cls.body if n not in others], self.fields, lines, self.flag))
         here = "" if depth == 0 else self.display(path)
         if own is not None:
             return Evidence(here, own[0], own[1])
         functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         called = {c.func.id for c in ast.walk(cls) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-        helper = _in_body([functions[n] for n in sorted(called & set(functions))], self.fields, lines)
+        helper = _in_body([functions[n] for n in sorted(called & set(functions))], self.fields, lines, self.flag)
         if helper is not None:
             return Evidence(here, helper[0], f"{helper[1]} (in a module function the class calls)")
         if depth >= 4:
@@ -188,30 +190,28 @@ def _imported(tree: ast.Module, base: ast.expr) -> Optional[tuple[str, int, str]
     return None
 
 
-# a binding of the flag: `x.pool_transfers_done = ...`, `pool_transfers_done: bool`, `pool_transfers_done=...`
-_DEFINES = re.compile(r"\b" + DONE + r"\b\s*(?::[^=\n]*)?=(?!=)")
-_READS = re.compile(r"\b" + DONE + r"\b")
-
-
-def flag_line(text: str) -> Optional[tuple[int, bool]]:
+def flag_line(text: str, flag: str) -> Optional[tuple[int, bool]]:
     """(line, defines) of the flag's first definition, else its first read; comments skipped."""
+    # a binding: `x.pool_transfers_done = ...`, `pool_transfers_done: bool`, `pool_transfers_done=...`
+    defines = re.compile(r"\b" + re.escape(flag) + r"\b\s*(?::[^=\n]*)?=(?!=)")
+    reads = re.compile(r"\b" + re.escape(flag) + r"\b")
     read: Optional[int] = None
     for number, line in enumerate(text.splitlines(), 1):
         code = line.split("#", 1)[0]
-        if DONE not in code:
+        if flag not in code:
             continue
-        if _DEFINES.search(code):
+        if defines.search(code):
             return number, True
-        if read is None and _READS.search(code):
+        if read is None and reads.search(code):
             read = number
     return (read, False) if read is not None else None
 
 
-def flag_evidence(display: str, text: str) -> Optional[Evidence]:
-    hit = flag_line(text) if DONE in text else None
+def flag_evidence(display: str, text: str, flag: str) -> Optional[Evidence]:
+    hit = flag_line(text, flag) if flag in text else None
     if hit is None:
         return None
-    return Evidence(display, hit[0], f"{'defines' if hit[1] else 'reads'} '{DONE}'")
+    return Evidence(display, hit[0], f"{'defines' if hit[1] else 'reads'} '{flag}'")
 
 
 @dataclass
@@ -224,6 +224,7 @@ class FlagSearch:
     seen: list[Evidence]
     groups: list[Callable[[], Iterable[Path]]]
     display: Callable[[Path], str]
+    flag: str = DONE
     searched: bool = False
     found: Optional[Evidence] = None
 
@@ -244,18 +245,18 @@ class FlagSearch:
                 if display in done:
                     continue
                 done.add(display)
-                evidence = _flag_in(path, display)
+                evidence = _flag_in(path, display, self.flag)
                 if evidence is not None and evidence.what.startswith("defines"):
                     return evidence
                 first_read = first_read or evidence
         return first_read  # the flag exists, but no file searched binds it
 
 
-def _flag_in(path: Path, display: str) -> Optional[Evidence]:
+def _flag_in(path: Path, display: str, flag: str) -> Optional[Evidence]:
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    if DONE.encode() not in data:
+    if flag.encode() not in data:
         return None
-    return flag_evidence(display, data.decode("utf-8", "replace"))
+    return flag_evidence(display, data.decode("utf-8", "replace"), flag)

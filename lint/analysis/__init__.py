@@ -32,7 +32,7 @@ from lint.config import Implementation
 from lint.findings import Finding
 from lint.locate import ClassIndex, MethodSite
 from lint.pools import Evidence
-from lint.protocol import FEATURE_NAMES
+from lint.protocol import DONE, FEATURE_NAMES
 from lint.unit import ParsedMethod
 
 __all__ = ["FEATURE_NAMES", "Feature", "Guard", "MethodAnalysis", "ReduceSite", "Roles", "StmtRec",
@@ -90,6 +90,11 @@ class MethodAnalysis:
         return self.column_of_line(self.def_line)
 
     @property
+    def flag(self) -> str:
+        """The completion flag's configured name."""
+        return self.roles.flag
+
+    @property
     def op_param(self) -> Optional[str]:
         return self.roles.op_param
 
@@ -110,7 +115,7 @@ class MethodAnalysis:
 
 
 def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
-                   lines: Optional[list[str]] = None) -> MethodAnalysis:
+                   lines: Optional[list[str]] = None, flag: str = DONE) -> MethodAnalysis:
     func = parsed.func
     def_line = parsed.line(func.name)
     body = walk_body(parsed)
@@ -131,7 +136,7 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
     if reduce is not None:
         excluded |= set(reduce.slot_names) | reduce.slot_containers
     roles = Roles(op_param, terminated, vote, roles_pass.find_predicates(body, excluded),
-                  roles_pass.find_done_aliases(body))
+                  roles_pass.find_done_aliases(body, flag), flag)
 
     guards = find_guards(parsed, body, roles, reduce)
     guard = best_guard(guards)
@@ -143,4 +148,4 @@ def analyze_method(parsed: ParsedMethod, path: str, reduce_calls: Sequence[str],
     return MethodAnalysis(parsed, parsed.site, def_line, path, lines or [],
                           roles_pass.skip_reason(func, parsed.site.method),
                           body, roles, reduce, guards, guard, find_inert_checks(body, roles, guards),
-                          policies, feats, find_lookalikes(parsed, body))
+                          policies, feats, find_lookalikes(parsed, body, flag))

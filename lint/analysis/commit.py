@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from lint.analysis.commit_state import Signals, State, getattr_key, reads_done
-from lint.protocol import DONE
 from lint.locate import ClassIndex, FunctionNode
 
 _INSPECT = frozenset({"len", "bool", "isinstance", "print", "repr", "str", "id", "hash", "type", "getattr",
@@ -212,7 +211,7 @@ class _Walker:
         if found is not None:
             effective = state.joined(found[1])
             if not effective.safe:
-                self.report(node, found[0], effective.why_unsafe())
+                self.report(node, found[0], effective.why_unsafe(self.signals.flag))
         self.expr(node, state)
 
     def branches(self, node: ast.AST, state: State, visit) -> bool:
@@ -238,7 +237,7 @@ class _Walker:
     def set_flag(self, node: ast.AST, state: State) -> None:
         """The flag may turn true only where every pool transfer has ended."""
         if not (state.pools_ended or state.unallocated):
-            self.report(node, DONE, _EARLY_SET, sets_flag=True)
+            self.report(node, self.signals.flag, _EARLY_SET, sets_flag=True)
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, node: Optional[ast.AST], state: State) -> None:
@@ -265,7 +264,7 @@ class _Walker:
         func = node.func
         name = _dotted(func)
         if (name == "setattr" and len(node.args) == 3 and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == DONE and _true(node.args[2])):
+                and node.args[1].value == self.signals.flag and _true(node.args[2])):
             self.set_flag(node, state)
         if name in _INSPECT or name.split(".")[0] in _LOGGERS:
             return  # looks at its arguments, hands nothing on
@@ -369,7 +368,7 @@ class _Walker:
         found = self.view(value)
         stored = False
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr == DONE and _true(value):
+            if isinstance(target, ast.Attribute) and target.attr == self.signals.flag and _true(value):
                 self.set_flag(stmt, state)
             if isinstance(target, ast.Name):
                 self.aliases.pop(target.id, None)
@@ -411,7 +410,7 @@ def analyze_commit(index: ClassIndex, commit: Iterable[str], fields: Iterable[st
         func = index.methods[name]
         walk.walk(func, _nested(func), State(), "", 0)
     path = CommitPath(found, [n for n in names if n not in index.methods],
-                      any(reads_done(f) for f in walk.reached.values()))
+                      any(reads_done(f, signals.flag) for f in walk.reached.values()))
     path.unguarded = sorted(walk.uses.values(), key=lambda u: (u.line, u.col))
     for name in found:
         func = index.methods[name]

@@ -42,14 +42,14 @@ class State:
         return (self.unallocated or self.pools_ended or self.done is True
                 or (self.done is False and self.io_ended))
 
-    def why_unsafe(self) -> str:
+    def why_unsafe(self, flag: str) -> str:
         if self.io_ended:
-            return ("at the final ACK without a pool_transfers_done check: when the transfers are done the "
+            return (f"at the final ACK without a {flag} check: when the transfers are done the "
                     "commit owns them (a second release), when not this is their one release")
         if self.done is False:
             return ("while pool transfers are pending and before their IO ended: the read writes into "
                     "slots already released (sglang PR #31668)")
-        return ("outside a pool_transfers_done check: a read still in flight is inserted, or writes into "
+        return (f"outside a {flag} check: a read still in flight is inserted, or writes into "
                 "slots already released (sglang PR #31668)")
 
 
@@ -61,8 +61,8 @@ def getattr_key(node: ast.AST) -> Optional[str]:
     return None
 
 
-def reads_done(node: ast.AST) -> bool:
-    return any((isinstance(n, ast.Attribute) and n.attr == DONE) or getattr_key(n) == DONE
+def reads_done(node: ast.AST, flag: str) -> bool:
+    return any((isinstance(n, ast.Attribute) and n.attr == flag) or getattr_key(n) == flag
                for n in ast.walk(node))
 
 
@@ -80,6 +80,7 @@ class Signals:
     io_ended: frozenset[str]  # attributes (or methods) true once the operation's IO ended
     allocation: frozenset[str]  # fields holding an operation's allocated hit (None before)
     pools_ended: frozenset[str] = frozenset()  # attributes (or methods) true once every pool transfer ended
+    flag: str = DONE  # the completion flag
 
     def facts(self, expr: ast.AST, holds: bool, aliases: Mapping[str, ast.expr],
               is_sidecar: Callable[[ast.AST], bool]) -> dict[str, bool]:
@@ -98,7 +99,7 @@ class Signals:
             conjunction = isinstance(expr.op, ast.And)
             # all parts hold for a true `and`, none for a false `or`; otherwise nothing is known
             return _union(again(v, holds) for v in expr.values) if conjunction == holds else {}
-        if (isinstance(expr, ast.Attribute) and expr.attr == DONE) or getattr_key(expr) == DONE:
+        if (isinstance(expr, ast.Attribute) and expr.attr == self.flag) or getattr_key(expr) == self.flag:
             return {"done": holds}
         if self._io_ended(expr):
             return {"io_ended": True} if holds else {}

@@ -102,7 +102,7 @@ def find_inert_checks(body: Body, roles: Roles, guards: list[Guard]) -> list[int
     lines: list[int] = []
     for rec in body.recs:
         if (isinstance(rec.node, cst.If) and not any(g.rec is rec for g in guards)
-                and any(done_polarities(rec.node.test, roles.done_aliases))):
+                and any(done_polarities(rec.node.test, roles.done_aliases, roles.flag))):
             lines.append(rec.line)
     return lines
 
@@ -151,7 +151,7 @@ class _Finder:
         for conj in conjuncts:
             if isinstance(conj, cst.Name) and conj.value in predicates:
                 return "completion"
-            if reads_completion(conj) and not done_polarities(conj, self.roles.done_aliases):
+            if reads_completion(conj) and not done_polarities(conj, self.roles.done_aliases, self.roles.flag):
                 return "completion"
         if vote is not None and any(isinstance(c, cst.Name) and c.value == vote for c in conjuncts):
             return "vote"
@@ -170,7 +170,7 @@ class _Finder:
         return Guard(rec, form, target, self._action(target), condition, line, col, relocatable)
 
     def if_guard(self, rec: StmtRec, node: cst.If) -> Optional[Guard]:
-        if not any(done_polarities(node.test, self.roles.done_aliases)):
+        if not any(done_polarities(node.test, self.roles.done_aliases, self.roles.flag)):
             return None
         smalls: list[cst.CSTNode] = []
         for stmt in node.body.body:
@@ -213,7 +213,7 @@ class _Finder:
         if target is None or not operands:
             return None
         aliases = self.roles.done_aliases
-        if not any(any(not neg for neg in done_polarities(o, aliases)) for o in operands):
+        if not any(any(not neg for neg in done_polarities(o, aliases, self.roles.flag)) for o in operands):
             return None
         self_ref = any(isinstance(o, cst.Name) and o.value == target for o in operands)
         others = [o for o in operands if not (isinstance(o, cst.Name) and o.value == target)]
@@ -222,7 +222,7 @@ class _Finder:
 
     def augassign_guard(self, rec: StmtRec, node: cst.AugAssign) -> Optional[Guard]:
         target = single_target(node)
-        polarities = done_polarities(node.value, self.roles.done_aliases)
+        polarities = done_polarities(node.value, self.roles.done_aliases, self.roles.flag)
         if target is None or not polarities or all(polarities):
             return None
         return self._make(rec, "augassign", target, self._condition([node.value]), _alone_in_block(rec))

@@ -15,7 +15,7 @@ from lint.flag_names import looks_like_flag
 from lint.unit import ParsedMethod
 
 
-def find_lookalikes(parsed: ParsedMethod, body: Body) -> tuple[tuple[str, int], ...]:
+def find_lookalikes(parsed: ParsedMethod, body: Body, flag: str) -> tuple[tuple[str, int], ...]:
     found: dict[str, int] = {}
     for rec in body.recs:
         value = rec.value()
@@ -27,6 +27,6 @@ def find_lookalikes(parsed: ParsedMethod, body: Body) -> tuple[tuple[str, int], 
                 name = sub.attr.value
             elif isinstance(sub, cst.Call) and is_name(sub.func, "getattr") and len(sub.args) >= 2:
                 name = string_value(sub.args[1].value)
-            if name and name not in found and looks_like_flag(name):
+            if name and name not in found and looks_like_flag(name, flag):
                 found[name] = parsed.line(sub)
     return tuple(sorted(found.items(), key=lambda item: item[1]))

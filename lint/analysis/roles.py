@@ -39,6 +39,7 @@ class Roles:
     vote: Optional[str]
     predicates: frozenset[str]
     done_aliases: dict[str, bool]
+    flag: str = DONE  # the completion flag's configured name
 
 
 def op_param(func: cst.FunctionDef) -> Optional[str]:
@@ -91,32 +92,32 @@ def find_terminated(body: Body) -> Optional[str]:
     return min(firsts)[1] if firsts else None
 
 
-def done_polarities(expr: cst.CSTNode, aliases: dict[str, bool], negated: bool = False) -> list[bool]:
-    """For each read of the done flag in `expr`: True when it is read negated."""
-    if isinstance(expr, cst.Attribute) and DONE in expr.attr.value:
+def done_polarities(expr: cst.CSTNode, aliases: dict[str, bool], flag: str, negated: bool = False) -> list[bool]:
+    """For each read of the done flag (named `flag`) in `expr`: True when it is read negated."""
+    if isinstance(expr, cst.Attribute) and flag in expr.attr.value:
         return [negated]
     if isinstance(expr, cst.Call) and is_name(expr.func, "getattr"):
         key = string_value(expr.args[1].value) if len(expr.args) >= 2 else None
-        if key is not None and DONE in key:
+        if key is not None and flag in key:
             return [negated]
     if isinstance(expr, cst.Name) and expr.value in aliases:
         return [negated != aliases[expr.value]]
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return done_polarities(expr.expression, aliases, not negated)
+        return done_polarities(expr.expression, aliases, flag, not negated)
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
         target = expr.comparisons[0]
         constant = target.comparator
         if is_name(constant, "True", "False"):
             assert isinstance(constant, cst.Name)
             flip = (constant.value == "False") != isinstance(target.operator, (cst.NotEqual, cst.IsNot))
-            return done_polarities(expr.left, aliases, negated != flip)
+            return done_polarities(expr.left, aliases, flag, negated != flip)
     out: list[bool] = []
     for child in children(expr):
-        out.extend(done_polarities(child, aliases, negated))
+        out.extend(done_polarities(child, aliases, flag, negated))
     return out
 
 
-def find_done_aliases(body: Body) -> dict[str, bool]:
+def find_done_aliases(body: Body, flag: str) -> dict[str, bool]:
     """Locals that only ever hold the done flag (or "transfers pending").
 
     Value: True when the local holds the flag's negation. A local that is
@@ -129,7 +130,7 @@ def find_done_aliases(body: Body) -> dict[str, bool]:
             value = rec.value()
             if not isinstance(rec.node, (cst.Assign, cst.AnnAssign)) or value is None:
                 break
-            polarities = done_polarities(value, {})
+            polarities = done_polarities(value, {}, flag)
             if not polarities or name in names_read(value) or reads_completion(value):
                 break
             polarity = polarities[0]

@@ -145,7 +145,7 @@ class GuardFixer:
             return f"cannot tell what '{obj or pred}' is, so which pool fields it has"
         spelling = self.evidence.spelling(kind, method)
         if spelling is None:
-            return (f"no read of pool_transfers_done on {describe(kind, obj)} in this method, its file, "
+            return (f"no read of {method.flag} on {describe(kind, obj)} in this method, its file, "
                     f"the files linted with it or the configured implementations; add the guard by hand")
         return spelling
 

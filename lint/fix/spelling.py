@@ -6,7 +6,8 @@ have different fields (upstream's operation has `pool_transfers`, our snapshot
 has `pool_transfers_present`), so a name is used only with evidence: a read of
 that field on the same kind of object in, by priority, the same method, the
 same file, the files linted with it, or the implementations the configuration
-lists. Without evidence for `pool_transfers_done` the fix is declined.
+lists. Without evidence for the completion flag (`pool_transfers_done`, or the
+configured `completion-flag`) the fix is declined.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import libcst as cst
 
-from lint.protocol import DONE
 from lint.cstutil import dotted_name, walk
 
 if TYPE_CHECKING:
@@ -78,8 +78,13 @@ def _first_param(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Optional[str]:
     return names[0] if names else None
 
 
-def function_reads(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> dict[Kind, list[Read]]:
-    """Pool-field reads in one function, by the kind of object they read."""
+def _pool_field(name: str, flag: str) -> bool:
+    return name.startswith(POOL_PREFIX) or name == flag
+
+
+def function_reads(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], flag: str
+                   ) -> dict[Kind, list[Read]]:
+    """Pool-field reads (the flag `flag` among them) in one function, by the kind of object they read."""
     param = _first_param(func)
     if param is None:
         return {}
@@ -91,13 +96,13 @@ def function_reads(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str
                 kinds.setdefault(node.targets[0].id, kind)
     found: dict[Kind, list[Read]] = {}
     for node in ast.walk(func):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith(POOL_PREFIX)
+        if (isinstance(node, ast.Attribute) and _pool_field(node.attr, flag)
                 and isinstance(node.value, ast.Name) and node.value.id in kinds):
             found.setdefault(kinds[node.value.id], []).append(Read(node.attr, None))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
               and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in kinds
               and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-              and node.args[1].value.startswith(POOL_PREFIX)):
+              and _pool_field(node.args[1].value, flag)):
             default = ast.unparse(node.args[2]) if len(node.args) >= 3 else None
             if default is None:
                 continue  # a getattr without a default raises like an attribute read
@@ -128,18 +133,19 @@ def merged(per_part: Iterable[dict[Kind, list[Read]]]) -> dict[Kind, list[Read]]
     return out
 
 
-def tree_reads(tree: ast.Module, lines: list[str]) -> dict[Kind, list[Read]]:
+def tree_reads(tree: ast.Module, lines: list[str], flag: str) -> dict[Kind, list[Read]]:
     # only functions whose text mentions a pool field are walked
-    return merged(function_reads(func, lines) for func in _functions(tree.body)
-                  if any(POOL_PREFIX in line for line in lines[func.lineno - 1: func.end_lineno or func.lineno]))
+    return merged(function_reads(func, lines, flag) for func in _functions(tree.body)
+                  if any(POOL_PREFIX in line or flag in line
+                         for line in lines[func.lineno - 1: func.end_lineno or func.lineno]))
 
 
-def spelling_from(reads: dict[Kind, list[Read]], kind: Kind, source: str) -> Optional[Spelling]:
+def spelling_from(reads: dict[Kind, list[Read]], kind: Kind, source: str, flag: str) -> Optional[Spelling]:
     found = reads.get(kind, [])
-    done = next((r for r in found if r.field == DONE), None)
+    done = next((r for r in found if r.field == flag), None)
     if done is None:
         return None
-    transfers = next((r for r in found if r.field != DONE), None)
+    transfers = next((r for r in found if r.field != flag), None)
     return Spelling(done, transfers, source)
 
 
@@ -175,32 +181,32 @@ Source = tuple[str, Callable[[], dict[Kind, list[Read]]]]
 class Evidence:
     """Pool-field reads seen across the run, looked up lazily by priority."""
 
-    def __init__(self, sources: Iterable[Source]) -> None:
-        self._sources = list(sources)
+    def __init__(self, sources: Iterable[Source], flag: str) -> None:
+        self._sources, self.flag = list(sources), flag
         self._cache: dict[int, dict[Kind, list[Read]]] = {}
 
     def spelling(self, kind: Kind, method: "MethodAnalysis") -> Optional[Spelling]:
         own = method.site.index.methods.get(method.site.method)
         if own is not None:
-            found = spelling_from(function_reads(own, method.lines), kind, "this method")
+            found = spelling_from(function_reads(own, method.lines, self.flag), kind, "this method", self.flag)
             if found is not None:
                 return found
         for i, (label, load) in enumerate(self._sources):
             if i not in self._cache:
                 self._cache[i] = load()
-            found = spelling_from(self._cache[i], kind, label)
+            found = spelling_from(self._cache[i], kind, label, self.flag)
             if found is not None:
                 return found
         return None
 
 
-def file_reads(path: Path) -> dict[Kind, list[Read]]:
+def file_reads(path: Path, flag: str) -> dict[Kind, list[Read]]:
     """Reads in a file on disk (a configured implementation); {} when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
-        if POOL_PREFIX not in text:
+        if POOL_PREFIX not in text and flag not in text:
             return {}
         tree = ast.parse(text)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return {}
-    return tree_reads(tree, text.splitlines())
+    return tree_reads(tree, text.splitlines(), flag)

@@ -103,5 +103,5 @@ class GuardKey(MethodRule):
                 continue
             yield self.finding(
                 method, guard.line, guard.col,
-                f"the pool_transfers_done guard in {method.qualname} {what}; condition it on {pred}",
+                f"the {method.flag} guard in {method.qualname} {what}; condition it on {pred}",
             )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
-from lint.protocol import DONE
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule, fenced, with_pools
 from lint.rules.examples import GUARDED
 
@@ -174,12 +173,12 @@ class Cache:
         if not method.predicates:
             note = " (no completion predicate local found to key it on)"
         if method.inert_checks:
-            what = (f"{method.qualname}: its pool_transfers_done check at line {method.inert_checks[0]} "
+            what = (f"{method.qualname}: its {method.flag} check at line {method.inert_checks[0]} "
                     f"forces nothing to no, so the vote can be 'yes'")
         else:
-            what = f"{method.qualname} has no pool_transfers_done guard: the vote can be 'yes'"
+            what = f"{method.qualname} has no {method.flag} guard: the vote can be 'yes'"
             if method.lookalikes:  # why a check there is not seen as the guard
                 reads = " and ".join(f"'{name}' (line {line})" for name, line in method.lookalikes)
-                note += f"; it reads {reads}, not '{DONE}'"
+                note += f"; it reads {reads}, not '{method.flag}'"
         yield self.finding(method, method.def_line, method.def_col,
                            f"{what} while extra-pool transfers are still running{note}")

@@ -134,5 +134,5 @@ class Cache:
             if guard.problems:
                 yield self.finding(
                     method, guard.line, guard.col,
-                    f"ineffective pool_transfers_done guard in {method.qualname}: {guard.problems[0].message}",
+                    f"ineffective {method.flag} guard in {method.qualname}: {guard.problems[0].message}",
                 )

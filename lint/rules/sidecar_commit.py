@@ -198,7 +198,7 @@ class SidecarCommitGuard(MethodRule):
             line = path.def_lines[first]
             yield self._finding(method, cls, first, line, method.column_of_line(line),
                                 f"none of {', '.join(f'{cls}.{n}' for n in path.methods)} checks "
-                                f"pool_transfers_done, where the configuration puts the check: sidecar results "
+                                f"{method.flag}, where the configuration puts the check: sidecar results "
                                 f"are committed or released whatever the state of their reads")
             return
         for use in path.unguarded:

@@ -119,6 +119,8 @@ def test_discovery_starts_from_the_linted_files(tmp_path, run_cli):
         ("baseline = 3\n", ["baseline = 3", "a file name"]),
         ('implementations = [{method = "a.py::A.m", extra-pools = "yes"}]\n', ["extra-pools = 'yes'", "true or false"]),
         ('commit-methods = ["a-b"]\n', ["commit-methods: entry 'a-b'", "method names"]),
+        ('completion-flag = "pool transfers done"\n', ["completion-flag = 'pool transfers done'", "one identifier"]),
+        ('completion-flag = ["pool_io_done"]\n', ["completion-flag = ['pool_io_done']", "one identifier"]),
     ],
 )
 def test_invalid_values_name_field_value_and_accepted(tmp_path, body, fragments):

@@ -75,4 +75,4 @@ def test_correct_code_and_other_misses_say_nothing_of_it(project, run_cli):
     ("completed_tokens", False), ("is_done", False), ("comp_xfers", False), ("extra_pools", False),
 ])
 def test_which_names_look_like_the_flag(name, expected):
-    assert looks_like_flag(name) is expected
+    assert looks_like_flag(name, "pool_transfers_done") is expected
