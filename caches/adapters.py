@@ -147,6 +147,17 @@ class BuiltinAdapter:
         own = CACHE_CLASSES.get(self.cache or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
         return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
 
+    @property
+    def vote_group_rule(self) -> str:
+        """The groups this cache reduces its votes over (X2: spec/groups.py)."""
+        return self.cache_class().vote_group_rule
+
+    @property
+    def vote_group_evidence(self) -> tuple[str, ...]:
+        cls = self.cache_class()
+        owner = next(c for c in cls.__mro__ if "vote_group_rule" in vars(c))
+        return (f"{owner.__module__.replace('.', '/')}.py: {owner.__name__}.vote_group_rule = {owner.vote_group_rule!r}",)
+
     def configure(self, fields: Mapping[str, Any]) -> None:
         """Validate spec-named termination fields through this cache's own config."""
         from caches.config import CacheConfig

@@ -91,3 +91,31 @@ def build_group_reducers(partitions: Any, rule: str, device: torch.device, trace
                 prefetch.append(TorchDistReducer(pair[1], trace, device=on, label=label))
                 own += pair
     return GroupedReducer(scheduler, rank=rank, world_size=world), GroupedReducer(prefetch, rank=rank, world_size=world), own
+
+
+def build_kind_reducers(partitions: Any, device: torch.device, trace: TraceRecorder,
+                        reducer: Reducer) -> tuple[dict[str, Reducer], list[Any]]:
+    """One reducer per group kind given, over this rank's group of that kind, whatever the cache's rule:
+    for code that picks its own groups (upstream's decision, which reduces over attn_cp, attn_tp or tp as
+    its class does). A kind the cache's own `reducer` already reduces over is that reducer's group, so a
+    decision on the class's groups meets its peers' other collectives there; a decision on another kind
+    runs where no peer's collective of the cache does. Returns (kind -> reducer, groups created here)."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    by_kind = checked_partitions(partitions, world)
+    backend = dist.get_backend()
+    on = device if backend == "nccl" else torch.device("cpu")
+    reducers: dict[str, Reducer] = {}
+    own: list[Any] = []
+    ours = {r.label.partition(":")[0]: r for r in getattr(reducer, "reducers", ()) if r.label}
+    for kind in KINDS:
+        if kind in ours:  # the same kinds on every rank (one rule over one layout): no group to create
+            reducers[kind] = ours[kind]
+            continue
+        for group in by_kind.get(kind, ()):  # every rank creates every group, in one order
+            handle = dist.new_group(ranks=group, backend=backend)
+            if rank in group:
+                reducers[kind] = TorchDistReducer(handle, trace, device=on, label=group_label(kind, group))
+                own.append(handle)
+    return reducers, own

@@ -35,6 +35,9 @@ class UpstreamDecisionAdapter:
     # The checkout's own decision is a vote per check: the profile it is judged by, and where its code says so.
     profile: str = "vote_per_check"
     profile_evidence: tuple[str, ...] = ()
+    # The groups its class reduces votes over (X2), read from the class's code (group_rule.py).
+    vote_group_rule: str = "attention"
+    vote_group_evidence: tuple[str, ...] = ()
 
     def create(self, env: Any) -> CacheSession:
         cls = UPSTREAM_DECISION_CACHES[self.key]
@@ -65,6 +68,8 @@ def sglang_adapters(checkout: str | Path) -> tuple[list[UpstreamDecisionAdapter]
         entry = decision.methods[ENTRY_METHOD]
         evidence = (f"{decision.path}:{entry.lineno}: {decision.class_name}.{ENTRY_METHOD} casts the vote, "
                     f"reduced across ranks once per check (MAX of [1 - vote, terminated])",)
+        rule, rule_evidence = decision.group_rule
         adapters.append(UpstreamDecisionAdapter(name, base.default_extra_pools, base.capabilities, str(root), key,
-                                                profile_evidence=evidence))
+                                                profile_evidence=evidence, vote_group_rule=rule,
+                                                vote_group_evidence=(rule_evidence,)))
     return adapters, missing

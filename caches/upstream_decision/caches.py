@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from caches.core.process_groups import build_kind_reducers
 from caches.hi_mamba_radix import HiMambaRadixCache
 from caches.hiradix import HiRadixCache
 from caches.unified_radix import UnifiedRadixCache
@@ -22,6 +23,12 @@ class UpstreamDecisionMixin:
 
     def __init__(self, *args: Any, upstream: ExtractedDecision, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Upstream's decision picks its own groups (self.attn_cp_group, attn_tp_group, tp_group): each kind
+        # given gets its own reducer, so a decision reducing over the wrong one is seen doing so.
+        self.kind_reducers: dict[str, Any] = {}
+        if kwargs.get("process_groups") is not None:
+            self.kind_reducers, own = build_kind_reducers(kwargs["process_groups"], self.device, self.trace, self.reducer)
+            self._own_groups = [*self._own_groups, *own]
         self.upstream_decision = BoundDecision(upstream, self)
 
     def can_terminate_prefetch(self, operation: Any) -> bool:

@@ -78,9 +78,9 @@ SELF_VALUES: dict[str, Callable[[HierarchicalCache, "DecisionCall"], Any]] = {
     "prefetch_timeout_base": lambda cache, call: cache.termination.timeout_base_s,
     "prefetch_timeout_per_page": lambda cache, call: cache.page_size / 1024 * cache.termination.timeout_per_ki_token_s,
     "tp_world_size": lambda cache, call: cache.world_size,
-    "tp_group": lambda cache, call: call.group,
-    "attn_cp_group": lambda cache, call: None,
-    "attn_tp_group": lambda cache, call: None,
+    "tp_group": lambda cache, call: call.handle("tp") or call.group,
+    "attn_cp_group": lambda cache, call: call.handle("attn_cp"),
+    "attn_tp_group": lambda cache, call: call.handle("attn_tp"),
 }
 assert set(SELF_VALUES) == {name.split(".")[0] for name in SELF_NAMES}, "names.SELF_NAMES and shim.SELF_VALUES disagree"
 
@@ -122,14 +122,18 @@ class OperationView(_Strict):
 
 
 class GroupHandle:
-    """What `self.tp_group` is: collectives on it go to the cache's reducer."""
+    """What `self.tp_group` (or an attention group) is: collectives on it go to its reducer, by default
+    the cache's own (all of its vote groups)."""
 
-    def __init__(self, call: DecisionCall) -> None:
-        self.call = call
+    def __init__(self, call: DecisionCall, reducer: Any = None, kind: str = "tp") -> None:
+        self.call, self.reducer, self.kind = call, reducer, kind
 
     @property
     def world_size(self) -> int:
-        return self.call.bound.cache.world_size
+        return (self.reducer or self.call.bound.cache.reducer).world_size
+
+    def __repr__(self) -> str:
+        return f"self.{self.kind}_group"
 
 
 # --- the module globals upstream's code sees -------------------------------------------
@@ -195,13 +199,19 @@ class DecisionCall:
     def __post_init__(self) -> None:
         self.group = GroupHandle(self)
 
+    def handle(self, kind: str) -> GroupHandle | None:
+        """The cache's group of `kind`, when the cache was given one (process_groups); else None, as upstream has."""
+        reducer = getattr(self.bound.cache, "kind_reducers", {}).get(kind)
+        return GroupHandle(self, reducer, kind) if reducer is not None else None
+
     def group_of(self, group: Any) -> GroupHandle:
-        if group is not self.group:
-            raise ShimError(f"{self.bound.extracted.class_name}: a collective on {bounded_repr(group)}; the shim maps only self.tp_group")
+        if not (isinstance(group, GroupHandle) and group.call is self):
+            raise ShimError(f"{self.bound.extracted.class_name}: a collective on {bounded_repr(group)}; the shim maps "
+                            f"self.tp_group, self.attn_cp_group and self.attn_tp_group")
         return group
 
     def all_reduce(self, tensor: torch.Tensor, op: str, group: Any) -> None:
-        self.group_of(group)
+        reducer = self.group_of(group).reducer or self.bound.cache.reducer
         if self.probe:
             raise ShimError(f"{self.bound.extracted.class_name}: a collective while re-evaluating the decision on a rank that ran none")
         cache = self.bound.cache
@@ -210,9 +220,9 @@ class DecisionCall:
         if op == ReduceOp.MAX:
             if not self.voted:  # the payload is [1 - vote, terminated]: the vote entering the collective
                 self.record_vote(values[0] == 0)
-            reduced = cache.reducer.all_reduce_max(values, name=VOTE_COLLECTIVE, op=request_id, step=cache._step)
+            reduced = reducer.all_reduce_max(values, name=VOTE_COLLECTIVE, op=request_id, step=cache._step)
         elif op == ReduceOp.MIN:
-            reduced = cache.reducer.all_reduce_min(values, name=UPSTREAM_MIN_COLLECTIVE, op=request_id, step=cache._step)
+            reduced = reducer.all_reduce_min(values, name=UPSTREAM_MIN_COLLECTIVE, op=request_id, step=cache._step)
         else:
             raise ShimError(f"{self.bound.extracted.class_name}: all_reduce with op {bounded_repr(op)}; the shim maps MAX and MIN")
         tensor.copy_(torch.tensor(reduced, dtype=tensor.dtype).reshape(tensor.shape))

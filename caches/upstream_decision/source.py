@@ -31,7 +31,9 @@ from caches.upstream_decision.names import (
     UPSTREAM_CLASSES,
     self_namespaces,
 )
+from caches.upstream_decision.group_rule import class_group_rule
 from spec.errors import CacheError, ConfigError
+from spec.groups import ATTENTION_RULE
 
 _BUILTINS = frozenset(dir(builtins))
 _ATTRIBUTE_LOOKUPS = frozenset({"getattr", "hasattr"})
@@ -64,6 +66,7 @@ class ExtractedDecision:
     methods: dict[str, ast.FunctionDef]
     aliases: dict[str, str]  # self attribute set in __init__ -> the method it names
     timeout_helpers: frozenset[str]  # methods that read time.monotonic (the timeout check)
+    group_rule: tuple[str, str] = (ATTENTION_RULE, "")  # (X2 rule of the class, evidence): group_rule.py
 
     def compile(self, namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
         """The methods as plain functions (self first), with `namespace` as their module globals."""
@@ -113,7 +116,8 @@ def _extract_cached(key: str, path_text: str, _mtime_ns: int, _size: int) -> Ext
     if walk.unmapped:
         raise UnmappedName(class_name, path, walk.unmapped)
     methods = {name: defined[name] for name in walk.order}
-    return ExtractedDecision(key, path, class_name, methods, aliases, frozenset(walk.timeout_helpers))
+    rule = class_group_rule(cls, path, f"{MEM_CACHE_DIR}/{file_name}")
+    return ExtractedDecision(key, path, class_name, methods, aliases, frozenset(walk.timeout_helpers), rule)
 
 
 # --- the walk: which methods the decision reaches, and every name they read ---------

@@ -6,6 +6,9 @@ Optional adapter attributes (conformance/ADAPTERS.md, "Declarations"):
     profile_evidence: Sequence[str]   where the implementation's code decides as the profile says ("path:line: text")
     deployment: Mapping[str, tuple[bool, Sequence[str]]]
                                       spec.preconditions id -> (whether the deployment produces it, evidence)
+    vote_group_rule: str              one of spec.groups.RULES: the groups its votes are reduced over (X2;
+                                      default: the spec's, attention)
+    vote_group_evidence: Sequence[str] where its code says so
 
 A precondition the adapter does not state is assumed to hold: the scenarios
 assuming it judge the implementation. A verdict on code nobody here wrote
@@ -20,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from spec.clauses import CATALOGUE
 from spec.errors import ConfigError
+from spec.groups import ATTENTION_RULE, RULES
 from spec.preconditions import PRECONDITIONS
 from spec.profiles import PROFILES, Profile, profile as find_profile
 
@@ -31,6 +35,8 @@ class Declarations:
     # precondition -> (produced, evidence); absent: assumed produced
     deployment: Mapping[str, tuple[bool, tuple[str, ...]]] = field(default_factory=dict)
     profile_declared: bool = True
+    vote_group_rule: str = ATTENTION_RULE
+    vote_group_evidence: tuple[str, ...] = ()
 
     def unmet(self, preconditions: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
         """The preconditions among `preconditions` that this deployment does not produce, with the evidence."""
@@ -72,5 +78,10 @@ def declarations(adapter: Any) -> Declarations:
         if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool)):
             raise ConfigError(f"adapter {name} deployment[{key!r}]", value, "(produced: bool, evidence: list of strings)")
         deployment[key] = (value[0], _evidence(value[1], f"adapter {name} deployment[{key!r}] evidence"))
-    return Declarations(profile, evidence, deployment, profile_declared=declared is not None)
+    rule = getattr(adapter, "vote_group_rule", None) or ATTENTION_RULE
+    if rule not in RULES:
+        raise ConfigError(f"adapter {name} vote_group_rule", rule, "one of spec.groups.RULES: " + ", ".join(RULES))
+    rule_evidence = _evidence(getattr(adapter, "vote_group_evidence", ()) or (), f"adapter {name} vote_group_evidence")
+    return Declarations(profile, evidence, deployment, profile_declared=declared is not None,
+                        vote_group_rule=rule, vote_group_evidence=rule_evidence)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.bounds import HANG_S
+from conformance.multirank.scenarios import GROUP_LAYOUTS
 from conformance.multirank import (
     REQUEST_PAGES,
     MultiRankError,
@@ -26,6 +27,8 @@ from conformance.multirank import (
 )
 from spec.fence import HitPolicy
 from spec.config import Policy
+from spec.decision import VOTE_COLLECTIVE
+from spec.groups import group_label, vote_group_kinds
 from spec.profiles import VOTE_PROFILES, TimerStart
 from spec.trace import EventKind
 
@@ -277,6 +280,12 @@ def test_every_rank_serves_the_same_prefix_after_a_commit(run_ranks):
 GRID = "2x2"
 
 
+def grid_vote_groups(rank: int, rule: str) -> set[str]:
+    """The labels of the groups `rank` reduces its votes over in the grid, under the class's rule (X2)."""
+    mine = {kind: next(g for g in groups if rank in g) for kind, groups in GROUP_LAYOUTS[GRID].items()}
+    return {group_label(kind, mine[kind]) for kind in vote_group_kinds({k: len(g) for k, g in mine.items()}, rule)}
+
+
 @pytest.mark.precondition("abort_on_one_rank")
 @pytest.mark.clause("X2", "X4", "L3", "S4", "R2")
 @pytest.mark.needs("vote_groups")
@@ -293,7 +302,7 @@ def test_2x2_groups_an_abort_on_one_rank(run_ranks, impl, require):
 
 @pytest.mark.clause("X1", "X2", "X4", "L3", "S4", "S5", "R2")
 @pytest.mark.needs("vote_groups")
-def test_2x2_groups_skewed_io(run_ranks, impl, require):
+def test_2x2_groups_skewed_io(run_ranks, impl, require, harness):
     """One launch of four ranks whose caches reduce over two vote groups each, as upstream's attention groups do.
 
     Skewed KV: every rank finishes at the slowest rank's step. Every check runs
@@ -303,8 +312,10 @@ def test_2x2_groups_skewed_io(run_ranks, impl, require):
     (skewed,) = run_ranks([Scenario("in_groups", {"layout": GRID, "inner": "skewed_kv", "policy": "wait_complete"})], 4)
     finished = skewed.finished_at("r1")
     assert finished == {rank: ("cache 0 check 4", full(skewed)) for rank in range(4)}, f"L1/S4: every rank must finish r1 at the slowest rank's step (got {finished})"
+    declared = harness.declarations_of(impl)
     for r in skewed.ranks:
-        groups = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE}
-        # X2: upstream's attention rule (every attention group larger than one rank), or hi_mamba's (tp only).
-        attention = {f"attn_cp:{r.rank % 2},{r.rank % 2 + 2}", f"attn_tp:{r.rank - r.rank % 2},{r.rank - r.rank % 2 + 1}"}
-        assert groups in (attention, {"tp:0,1,2,3"}), f"X2: rank {r.rank} ran collectives on {groups}; its vote groups are {attention} (or tp)"
+        votes = {e.group for e in r.traces[0].events if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE}
+        expected = grid_vote_groups(r.rank, declared.vote_group_rule)
+        assert votes == expected, (
+            f"X2: rank {r.rank} reduced its votes over {sorted(votes)}; its class's rule ({declared.vote_group_rule}: "
+            f"{'; '.join(declared.vote_group_evidence) or 'the spec default'}) reduces over {sorted(expected)}")

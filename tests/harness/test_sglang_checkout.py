@@ -145,3 +145,23 @@ def test_a_class_the_checkout_lacks_is_reported_and_the_others_run(tmp_path):
     assert f"conformance: sglang:unified_radix not run: {why}" in result.stdout
     assert f"not run: sglang:unified_radix: {why}" in result.stdout
     assert "sglang:hiradix-cpu" in result.stdout and "sglang:unified_radix-" not in result.stdout
+
+
+def test_a_vote_reduced_over_another_group_than_its_class_uses_fails_x2(tmp_path):
+    """HiRadixCache's class reduces over its attention groups; a decision reducing its vote over tp_group
+    instead is X2's defect (the groups test expects the class's own rule, read from its code)."""
+    root = tmp_path / "checkout"
+    shutil.copytree(CHECKOUTS / "fixed", root)
+    path = root / "python/sglang/srt/mem_cache/hiradix_cache.py"
+    text = path.read_text()
+    vote = "        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)\n"
+    assert vote in text
+    path.write_text(text.replace(vote, "        torch.distributed.all_reduce(states, op=torch.distributed.ReduceOp.MAX, group=self.tp_group)\n"))
+    select = "test_2x2_groups_skewed_io and (sglang:hiradix or sglang:hi_mamba_radix)"
+    result = subprocess.run(command("--sglang", str(root), "-k", select, "--tb=line"), cwd=REPO, env=env(),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 failed, 1 passed" in result.stdout, result.stdout
+    line = next(line for line in result.stdout.splitlines() if "X2: rank 0 reduced its votes over" in line)
+    assert "['tp:0,1,2,3']" in line and "['attn_cp:0,2', 'attn_tp:0,1']" in line, line
+    assert "hiradix_cache.py:24: HiRadixCache._all_reduce_attn_groups reduces over the attention groups" in line, line
