@@ -60,9 +60,10 @@ MODULES = {
 }
 OPTIONAL_MODULES = {
     "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+    "poll_timer": "sglang.srt.utils.poll_timer",  # 0.5.23's prefetch wait timer; 0.5.22 reads time.monotonic instead
 }
 # Modules whose `time.monotonic` is the harness's clock (the injected-clock shim).
-CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache")
+CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache", "unified_radix_cache")
 # Modules whose `time.perf_counter` is the harness's clock: the 0.5.2x prefetch wait timer.
 PERF_CLOCKED = ("poll_timer",)
 # Host-pool modules whose page-first copies are plain index copies too (the page-first-direct-copy shim): 0.5.2x's, and

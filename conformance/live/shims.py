@@ -38,7 +38,7 @@ SHIMS = (
          "the 'direct' IO backend's per-layer copy, written as a plain index copy of the same rows"),
     Shim("page-first-direct-copy", "transfer_kv_per_layer_direct_pf_lf and transfer_kv_all_layer_direct_lf_pf of pool_host.mha and pool_host.mamba (0.5.2x), sgl_kernel imports skipped without CUDA",
          "the 'direct' IO backend's copies between page-first host pages and layer-first device rows, written as plain index copies; 0.5.2x's mamba host pool has no layer-first layout"),
-    Shim("injected-clock", "time.monotonic as read by hiradix_cache, hi_mamba_radix_cache, cache_controller and hybrid_cache_controller; time.perf_counter as read by utils.poll_timer (0.5.2x's prefetch wait timer)",
+    Shim("injected-clock", "time.monotonic as read by hiradix_cache, hi_mamba_radix_cache, unified_radix_cache, cache_controller and hybrid_cache_controller; time.perf_counter as read by utils.poll_timer (0.5.23's prefetch wait timer; 0.5.22 times the wait from start_time with time.monotonic)",
          "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
     Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream)",
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),

@@ -125,6 +125,17 @@ def test_a_drain_shaped_tree_declares_the_ack_drain_and_agreed_aborts(tmp_path):
     assert not produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:5: timeout aborts are polled on one rank")
 
 
+def test_a_drain_timing_its_wait_from_the_operation_start_still_declares_the_ack_drain(tmp_path):
+    """0.5.22's shape: no poll timer (the wait is timed from start_time). Where the timer starts is A3's to judge,
+    so the architecture is still the ACK drain, without the timer's line among its evidence."""
+    no_timer = DRAIN_UNIFIED.replace("        wait = Wait()\n        wait.timer.observe(ready=False)\n", "        pass\n")
+    root = tree_of(tmp_path, {"srt/mem_cache/unified_radix_cache.py": no_timer,
+                              "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py": DRAIN_CONTROLLER})
+    profile, evidence = profile_of(locate(str(root)), "UnifiedRadixCache")
+    assert profile == "ack_drain" and len(evidence) == 3
+    assert not any("timer starts" in line for line in evidence)
+
+
 def test_a_tree_whose_code_no_longer_says_so_declares_nothing(tmp_path):
     # The vote is still there but no longer reduced; no scheduler, no file backend: nothing is claimed.
     refactored = FORK_HIRADIX.replace("        self._all_reduce_attn_groups(states, torch.distributed.ReduceOp.MAX)\n", "")

@@ -1,4 +1,5 @@
-"""0.5.21-0.5.23's UnifiedRadixCache (the ACK drain), on its full-attention component.
+"""0.5.22-0.5.23's UnifiedRadixCache (the ACK drain with allocate_storage_hit; 0.5.21 allocates another way), on its
+full-attention component.
 
 The fork's earlier UnifiedRadixCache has neither a tree core nor a runtime
 context: another protocol, named in the header and not run.
@@ -20,7 +21,6 @@ LAYOUT = Layout(
         "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
         "pool_host_mamba": "sglang.srt.mem_cache.pool_host.mamba",
         "mamba_utils": "sglang.srt.configs.mamba_utils",
-        "poll_timer": "sglang.srt.utils.poll_timer",
         "schedule_batch": "sglang.srt.managers.schedule_batch",
         "sampling_params": "sglang.srt.sampling.sampling_params",
     },

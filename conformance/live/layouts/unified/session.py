@@ -143,11 +143,13 @@ class UnifiedSession(AckDrainSession):
         if state.pool_transfers_present:
             operation.pool_transfers = ["mamba"]  # read for presence only by the decision
             operation.pool_transfers_done = state.pool_transfers_done
-        self.cache._storage_prefetch_wait.pop(operation.handle, None)
-        self.cache._start_storage_prefetch_wait(operation)
-        wait = self.cache._storage_prefetch_wait.get(operation.handle)
-        if wait is not None:
-            wait.timer.started_at = start_time
+        waits = getattr(self.cache, "_storage_prefetch_wait", None)  # 0.5.23's poll timer; 0.5.22 times from start_time
+        if waits is not None:
+            waits.pop(operation.handle, None)
+            self.cache._start_storage_prefetch_wait(operation)
+            wait = waits.get(operation.handle)
+            if wait is not None:
+                wait.timer.started_at = start_time
         if state.terminated:
             operation.mark_terminate()
         return operation
