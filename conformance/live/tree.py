@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.bounds import EXIT_S
-from conformance.live.layouts import CLASS_FILES, LAYOUTS
+from conformance.live.layouts import BY_KEY, CLASS_FILES, LAYOUTS
 from spec.errors import ConfigError
 
 OPTION = "--sglang-live"
@@ -58,6 +58,7 @@ def locate(value: str) -> SglangTree:
     package = root / "sglang"
     defined = [name for name, rel in CLASS_FILES.items() if _defines(package / rel, name)]
     found, unwired = [], []
+    refused: list[tuple[str, str]] = []  # (row, line)
     for layout in LAYOUTS:
         if layout.class_name not in defined:
             continue
@@ -66,7 +67,10 @@ def locate(value: str) -> SglangTree:
             found.append(layout.key)
         else:
             name = layout.class_name if layout.key == layout.class_name else f"{layout.key} ({layout.class_name})"
-            unwired.append(f"{name} is in the tree but not in {layout.layout_name} the harness is wired to ({why})")
+            refused.append((layout.row, f"{name} is in the tree but not in {layout.layout_name} the harness is wired to ({why})"))
+    # A layout of a row another layout runs is that row's other build, not a blind spot: only rows that run nowhere say why.
+    running = {BY_KEY[key].row for key in found}
+    unwired = [line for row, line in refused if row not in running]
     missing = tuple(
         f"{name}: not defined in sglang/{rel}" if (package / rel).is_file() else f"{name}: sglang/{rel} does not exist"
         for name, rel in CLASS_FILES.items()

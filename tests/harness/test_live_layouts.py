@@ -173,8 +173,8 @@ def drain_tree(root: Path) -> Path:
 def test_a_hiradix_with_the_ack_drain_runs_the_drain_layout_under_the_same_row_and_its_own_profile(tmp_path):
     tree = locate(f"{drain_tree(tmp_path)}@0.5.20")
     assert tree.layouts == ("HiRadixCache/drain",)
-    assert tree.unwired[0] == ("HiRadixCache is in the tree but not in the fork's layout the harness is wired to "
-                               "(sglang/srt/mem_cache/hiradix_cache.py has the ACK drain (_drain_and_alloc_storage_hit))")
+    # The row runs in its drain build: the fork's build of the same row is not a blind spot to report.
+    assert not any(line.startswith("HiRadixCache is in the tree") for line in tree.unwired), tree.unwired
     (adapter,) = adapters_for(tree)
     assert adapter.name == "sglang-live:HiRadixCache@0.5.20", "one row per class and build on every target of a sweep"
     assert adapter.profile == "drain_vote"

@@ -35,7 +35,7 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
     for rel in UNIFIED_LAYOUT if unified_layout else ():
         (package / rel).parent.mkdir(parents=True, exist_ok=True)
         (package / rel).write_text("")
-    if unified_layout:  # 0.5.21+: the drain allocates a hit through the controller
+    if unified_layout:  # 0.5.22+: the drain allocates a hit through the controller
         controller = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_cache_controller.py"
         controller.parent.mkdir(parents=True, exist_ok=True)
         controller.write_text("class HybridCacheController:\n    def allocate_storage_hit(self, operation, hit_tokens):\n        pass\n")
@@ -58,8 +58,11 @@ def test_wheel_or_site_packages_layout(tmp_path):
     tree = locate(str(tmp_path))
     assert tree.import_root == tmp_path and tree.label == "0.5.23"
     assert tree.layouts == ("UnifiedRadixCache",)
-    assert tree.unwired == ("UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.21+ DSA build the harness "
-                            "is wired to (sglang/srt/mem_cache/memory_pool.py does not exist)",), "a build the tree lacks says so"
+    assert tree.unwired == ("UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ DSA build the harness "
+                            "is wired to (sglang/srt/mem_cache/memory_pool.py does not exist)",
+                            "UnifiedRadixCache+dsa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 DSA build the "
+                            "harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
+                            "allocate_storage_hit of the 0.5.22+ drain)"), "a build the tree lacks says so; the row's other build that runs does not"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
 
@@ -70,10 +73,14 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
     sglang_package(tmp_path / "other", hiradix=None, unified=True)
     tree = locate(str(tmp_path / "other"))
     assert tree.layouts == ()
-    assert tree.unwired == ("UnifiedRadixCache is in the tree but not in the 0.5.21+ layout the harness is wired to "
-                            "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)",
-                            "UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.21+ DSA build the harness "
-                            "is wired to (sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)")
+    no_core = "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)"
+    assert tree.unwired == (f"UnifiedRadixCache is in the tree but not in the 0.5.22+ layout the harness is wired to {no_core}",
+                            f"UnifiedRadixCache/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 layout the harness "
+                            f"is wired to {no_core}",
+                            f"UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ DSA build the harness "
+                            f"is wired to {no_core}",
+                            f"UnifiedRadixCache+dsa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 DSA build the "
+                            f"harness is wired to {no_core}")
 
 
 def test_package_directory_itself(tmp_path):
@@ -118,7 +125,7 @@ def test_tree_without_any_live_class_is_reported_not_run(tmp_path):
         live_trees([str(tmp_path)])
     message = str(info.value)
     assert "HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist" in message
-    assert "UnifiedRadixCache is in the tree but not in the 0.5.21+ layout the harness is wired to" in message
+    assert "UnifiedRadixCache is in the tree but not in the 0.5.22+ layout the harness is wired to" in message
 
 
 def test_one_tree_per_run(tmp_path):

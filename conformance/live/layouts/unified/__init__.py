@@ -7,11 +7,15 @@ context: another protocol, named in the header and not run.
 
 from conformance.live.layout import Layout, Mark
 
+# 0.5.22+: the drain allocates a hit through the controller (0.5.20/0.5.21 allocate it inline: layouts/unified_inline).
+ALLOCATE_STORAGE_HIT = Mark("srt/mem_cache/hybrid_cache/hybrid_cache_controller.py", r"def allocate_storage_hit\b",
+                            "allocate_storage_hit (the 0.5.22+ drain)")
+
 LAYOUT = Layout(
     key="UnifiedRadixCache",
     class_name="UnifiedRadixCache",
     module_file="srt/mem_cache/unified_radix_cache.py",
-    layout_name="the 0.5.21+ layout",
+    layout_name="the 0.5.22+ layout",
     session="conformance.live.layouts.unified.session:UnifiedSession",
     modules={
         "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
@@ -28,8 +32,7 @@ LAYOUT = Layout(
     marks=(
         Mark("srt/mem_cache/unified_cache/unified_tree_core.py", None, "tree core"),
         Mark("srt/runtime_context.py", None, "runtime context"),
-        # 0.5.21+: the drain allocates a hit through the controller (0.5.19/0.5.20 allocate it inline, another drain).
-        Mark("srt/mem_cache/hybrid_cache/hybrid_cache_controller.py", r"def allocate_storage_hit\b", "allocate_storage_hit (the 0.5.21+ drain)"),
+        ALLOCATE_STORAGE_HIT,
     ),
     host_pool_modules=("pool_host_mha", "pool_host_mamba"),
 )

@@ -32,6 +32,12 @@ from spec.timeout import is_timed_out, timeout_budget
 
 
 
+def device_prefix_len(match: Any) -> int:
+    """The device-resident matched length: 0.5.22+ says it, 0.5.21's match holds the slots."""
+    length = getattr(match, "device_prefix_len", None)
+    return int(length) if length is not None else len(match.device_indices)
+
+
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
     """C1/C2 through upstream's CLI parser and HybridCacheController's extra-config parser (what init_hicache calls)."""
     parse = runtime.module("hybrid_cache_controller").HybridCacheController.parse_storage_backend_extra_config
@@ -84,11 +90,11 @@ class UnifiedSession(AckDrainSession):
 
     def match(self, tokens: Sequence[int]) -> tuple[int, int]:
         m = self._node_hit(tokens)
-        return int(m.device_prefix_len), int(m.host_hit_length)
+        return device_prefix_len(m), int(m.host_hit_length)
 
     def start_prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
         m = self._node_hit(tokens)
-        matched = int(m.device_prefix_len) + int(m.host_hit_length)
+        matched = device_prefix_len(m) + int(m.host_hit_length)
         node, handle = m.last_host_node, self.request(request_id)
         with self.taps.scheduling(op=request_id, phase="prefetch"):
             self.cache.prefetch_from_storage(handle, node, array("q", tokens[matched:]), last_hash=self.cache.get_last_hash_value(node))
@@ -111,6 +117,8 @@ class UnifiedSession(AckDrainSession):
             self.cache.ready_to_load_host_cache()
         self.cache.check_hicache_events()
         match = self._node_hit(tokens)
+        if not hasattr(self.cache, "path_device_indices"):  # 0.5.21: the match carries the prefix's device slots
+            return match, match.device_indices
         return match, self.cache.path_device_indices(match.last_device_node)
 
     # --- decision probes: the class's own _can_terminate_prefetch on a real operation ---------------

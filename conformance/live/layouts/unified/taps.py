@@ -53,7 +53,7 @@ def _raised(taps: Taps, op: str) -> None:
 
 
 def tap_ack_drain_controller(taps: Taps, cc: Any, tap_allocation: Callable[[Taps, Any], None] | None = None) -> AckCounts:
-    """An ACK-drain controller: the queue, the drain's hit allocation (0.5.21+'s allocate_storage_hit unless told otherwise),
+    """An ACK-drain controller: the queue, the drain's hit allocation (0.5.22+'s allocate_storage_hit unless told otherwise: 0.5.21 allocates inline),
     the IO thread and its ACKs, backups, terminate, copies."""
     acks = AckCounts()
     tap_queue(taps, cc)
