@@ -37,6 +37,8 @@ from conformance.report import sites as event_sites
 from conformance.report.failures import CLAUSE_LABEL, message_lines
 from spec.clauses import CATALOGUE
 
+INJECTED = "InjectedFault"  # the harness's own exception (conformance/gates.py): a trigger no deployment raises
+
 PROP_CAUSES = "conformance.report.causes"  # user property: JSON list of Cause.as_json()
 _OBSERVED = pytest.StashKey[list]()  # per test item: [(trace, termination config, cache)] in the order made
 KEEP_OBSERVED = 4  # an exploration makes one cache per schedule: the failing one is the last

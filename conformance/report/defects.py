@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from conformance.report.causes import causes_in, what_broke
+from conformance.report.causes import INJECTED, causes_in, what_broke
 from spec.clauses import CATALOGUE
 from spec.divergences import DIVERGENCES, MARKER, Divergence
 from spec.kinds import Kind
@@ -79,7 +79,6 @@ def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[
     return entries, unattributed
 
 
-INJECTED = "InjectedFault"  # the harness's own exception (conformance/gates.py): a trigger no deployment raises
 
 
 def _representative(members: Sequence[tuple[Mapping[str, Any], dict]]) -> dict:

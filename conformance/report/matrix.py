@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.report import decision_rows
-from conformance.report.causes import read_causes
+from conformance.report.causes import INJECTED, read_causes
 from conformance.implementations.devices import ANY_DEVICE, CPU
 from conformance.report.failures import read_divergent, read_failed
 from spec.clauses import CATALOGUE
@@ -360,7 +360,8 @@ def _cell_why(clause: str, cell: str, records: Sequence[OutcomeRecord], declared
         return "; ".join(f"divergence {i}: {DIVERGENCES[i].title} (upstream's design; the spec differs by intent)" for i in ids) or None
     if cell in ("defect", "hardening"):
         lines = [r.failed_clauses[clause] for r in sorted(records, key=lambda r: r.nodeid) if r.outcome == "fail" and clause in r.failed_clauses]
-        return lines[0] if lines else None
+        # a trigger a deployment produces (a short read) says more than the harness's injected one: first among equals
+        return min(lines, key=lambda line: INJECTED in line) if lines else None
     if cell == "not-applicable" and declared is not None:
         c = CATALOGUE[clause]
         return f"{c.kind.value} of {', '.join(c.profiles)}; the implementation declares {declared.profile.id}" + (

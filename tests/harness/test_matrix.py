@@ -354,3 +354,14 @@ def test_xdist_run_aggregates_the_same_report(single, distributed):
     for key in ("matrix", "tests", "expected_failures", "stale_expected_failures", "uncovered", "failing", "devices_not_run", "skips"):
         assert two[key] == one[key], key
     assert "WARNING stale expected failure: broken: test_does_not_exist" in result.stdout
+
+
+def test_a_cell_note_prefers_a_trigger_a_deployment_produces_to_an_injected_fault():
+    from conformance.report.matrix import OutcomeRecord, _cell_why
+
+    injected = OutcomeRecord("t::a_injected", "x", "cpu", ["L5"], "fail",
+                             {"L5": "L5: upstream's prefetch_io_aux_thread ended on InjectedFault: injected fault 'storage raises'"})
+    natural = OutcomeRecord("t::b_truncated", "x", "cpu", ["L5"], "fail",
+                            {"L5": "L5: upstream's prefetch_io_aux_thread ended on OSError: Short read for k__0_1"})
+    assert _cell_why("L5", "defect", [injected, natural], None).endswith("OSError: Short read for k__0_1")
+    assert _cell_why("L5", "defect", [injected], None).endswith("injected fault 'storage raises'"), "the injected one when it is all there is"
