@@ -34,6 +34,16 @@ def looks_like_flag(name: str, flag: str) -> bool:
 _BOUND = re.compile(r"\.([A-Za-z_]\w*)\s*=(?!=)|^\s+([A-Za-z_]\w*)\s*:\s*bool\b")
 
 
+def _bound_like(lines: Iterable[str], flag: str) -> Optional[tuple[int, str]]:
+    """(line, name) of the first attribute bound under a name like `flag` (comments skipped)."""
+    for number, line in enumerate(lines, 1):
+        for match in _BOUND.finditer(line.split("#", 1)[0]):
+            name = match.group(1) or match.group(2)
+            if looks_like_flag(name, flag):
+                return number, name
+    return None
+
+
 def _definition(name: str) -> re.Pattern:
     n = re.escape(name)
     # `x.name = ...`, `name: bool = ...`, `name=...`, a field `name: bool`, `def name(`, setattr(x, "name", ...)
@@ -58,6 +68,7 @@ class DefinitionSearch:
     display: Callable[[Path], str]
     files: Optional[list[Path]] = None
     found: dict[str, Optional[Evidence]] = field(default_factory=dict)
+    renames: dict[str, Optional[Evidence]] = field(default_factory=dict)  # flag -> a flag-like binding in the files
 
     def find(self, name: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
         line = defined_at(own_lines, name)
@@ -69,23 +80,23 @@ class DefinitionSearch:
 
     def renamed(self, flag: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
         """Where a flag-like attribute is bound, when `flag` itself is bound nowhere: the flag renamed."""
-        for display, lines in [(own_path, own_lines), *self._texts(own_path)]:
-            for number, line in enumerate(lines, 1):
-                for match in _BOUND.finditer(line.split("#", 1)[0]):
-                    name = match.group(1) or match.group(2)
-                    if looks_like_flag(name, flag):
-                        return Evidence("" if display == own_path else display, number, f"defines '{name}'")
-        return None
+        line = _bound_like(own_lines, flag)
+        if line is not None:
+            return Evidence("", line[0], f"defines '{line[1]}'")
+        if flag not in self.renames:  # the same for every method of the run: the files are read once
+            self.renames[flag] = self._renamed_in_files(flag)
+        return self.renames[flag]
 
-    def _texts(self, own_path: str) -> Iterable[tuple[str, list[str]]]:
+    def _renamed_in_files(self, flag: str) -> Optional[Evidence]:
         for path in self._files():
-            display = self.display(path)
-            if display == own_path:
-                continue
             try:
-                yield display, path.read_text("utf-8", "replace").splitlines()
+                lines = path.read_text("utf-8", "replace").splitlines()
             except OSError:
                 continue
+            line = _bound_like(lines, flag)
+            if line is not None:
+                return Evidence(self.display(path), line[0], f"defines '{line[1]}'")
+        return None
 
     def _files(self) -> list[Path]:
         if self.files is None:

@@ -62,19 +62,21 @@ def owed(findings: list[Finding], method: "MethodAnalysis", flags: FlagSearch,
     kept = [f for f in findings if f.code not in OWED_CODES]
     pools = method.pools
     flag = flags.find() if pools is not None else None
-    also = _lookalikes(method, names) if names is not None and method.lookalikes else ""
-    if pools is not None and flag is not None:
-        evidence = f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}"
+
+    def owed_with(evidence: str) -> list[Finding]:
+        also = _lookalikes(method, names) if names is not None and method.lookalikes else ""
         return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
+
+    if pools is not None and flag is not None:
+        return owed_with(f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}")
     renamed = _renamed(method, pools, flag, names)
     if renamed is not None:
         # the class still has its pools and the flag is gone, but a name like it is bound: renamed.
         # That fails the run, or renaming the flag everywhere would turn every guard check off.
-        evidence = (f"extra pools: {pools.describe()}; its completion flag '{method.flag}' (completion-flag) "
-                    f"is defined and read nowhere in the linted files, the configured implementations or "
-                    f"the project tree, and {renamed.describe()}: if the flag was renamed, set "
-                    f"completion-flag to the new name")
-        return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
+        return owed_with(f"extra pools: {pools.describe()}; its completion flag '{method.flag}' (completion-flag) "
+                         f"is defined and read nowhere in the linted files, the configured implementations or "
+                         f"the project tree, and {renamed.describe()}: if the flag was renamed, set "
+                         f"completion-flag to the new name")
     if method.implementation is not None and method.implementation.extra_pools:
         kept.append(_note(method, pools, flag if pools is not None else flags.find()))
     return kept

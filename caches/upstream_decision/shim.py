@@ -201,7 +201,7 @@ class DecisionCall:
 
     def handle(self, kind: str) -> GroupHandle | None:
         """The cache's group of `kind`, when the cache was given one (process_groups); else None, as upstream has."""
-        reducer = getattr(self.bound.cache, "kind_reducers", {}).get(kind)
+        reducer = self.bound.cache.kind_reducers.get(kind)
         return GroupHandle(self, reducer, kind) if reducer is not None else None
 
     def group_of(self, group: Any) -> GroupHandle:

@@ -79,8 +79,6 @@ def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[
     return entries, unattributed
 
 
-
-
 def _representative(members: Sequence[tuple[Mapping[str, Any], dict]]) -> dict:
     """The cause that says most with least: one a deployment's own data triggered (not an injected exception) first,
     then one with an excerpt and a site, then the shortest line."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -48,6 +48,8 @@ class UnifiedSession(AckDrainSession):
     """One upstream UnifiedRadixCache instance (full-attention component, HiCache with the file backend) for one test."""
 
     CLASS_NAME = "UnifiedRadixCache"
+    # Where the drain fixes a hit: None, 0.5.22+'s allocate_storage_hit (a build allocating inline names its tap).
+    TAP_ALLOCATION: Callable[[Any, Any], None] | None = None
 
     def build(self) -> Any:
         _, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
@@ -70,7 +72,7 @@ class UnifiedSession(AckDrainSession):
     def tap(self) -> None:
         """The unified cache's own tap points (taps.py) in place of the fork's."""
         tap_host_pool(self.taps, self.kv_host, KV)
-        self.acks = tap_ack_drain_controller(self.taps, self.cc)
+        self.acks = tap_ack_drain_controller(self.taps, self.cc, self.TAP_ALLOCATION)
         tap_load_back(self.taps, self.cc, self.kv_host)
         tap_storage(self.taps, self.backend, self.storage_file_name)
         tap_unified_cache(self.taps, self.cache, self.decision_state)

@@ -13,16 +13,15 @@ from conformance.live.layout import Layout, Mark
 from conformance.live.layouts.unified import ALLOCATE_STORAGE_HIT, LAYOUT as UNIFIED
 
 ALLOCATES_INLINE = (
-    Mark("srt/mem_cache/hybrid_cache/hybrid_cache_controller.py", r"def allocate_storage_hit\b",
-         "allocate_storage_hit of the 0.5.22+ drain", absent=True),
+    replace(ALLOCATE_STORAGE_HIT, what="allocate_storage_hit of the 0.5.22+ drain", absent=True),
     Mark("srt/mem_cache/unified_radix_cache.py", r"def _try_alloc_storage_hit\b", "the drain's inline hit allocation (_try_alloc_storage_hit)"),
 )
 
 
 def inline(layout: Layout, key: str, layout_name: str, session: str) -> Layout:
     """`layout` with the 0.5.20/0.5.21 drain's marks in place of allocate_storage_hit's."""
-    marks = tuple(mark for mark in layout.marks if mark is not ALLOCATE_STORAGE_HIT)
-    return replace(layout, key=key, layout_name=layout_name, session=session, marks=(*marks[:2], *ALLOCATES_INLINE, *marks[2:]))
+    marks = tuple(m for mark in layout.marks for m in (ALLOCATES_INLINE if mark is ALLOCATE_STORAGE_HIT else (mark,)))
+    return replace(layout, key=key, layout_name=layout_name, session=session, marks=marks)
 
 
 LAYOUT = inline(UNIFIED, "UnifiedRadixCache/inline", "the 0.5.20/0.5.21 layout",
