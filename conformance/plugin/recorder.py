@@ -75,6 +75,11 @@ class MatrixRecorder:
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         self.interrupted = interruption_reason(excinfo.value)
 
+    def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
+        # pytest itself broke (a hook raised, its output pipe closed): the run ends where it was, as an interrupt does
+        if self.interrupted is None:
+            self.interrupted = f"pytest internal error: {interruption_reason(excinfo.value)}"
+
     def pytest_runtest_logreport(self, report: Any) -> None:
         if self.config is not None and "torch" not in sys.modules and not self._warming:
             # The xdist controller never needs torch until the report names the machine's devices:
@@ -161,8 +166,8 @@ class MatrixRecorder:
         return count if isinstance(count, int) else None
 
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
-        if self.interrupted is None and exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.interrupted = "interrupted"
+        if self.interrupted is None and exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
+            self.interrupted = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "pytest internal error"
         if not self.records and not self.harness.missing:
             return
         self.data = self.build()

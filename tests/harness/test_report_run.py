@@ -60,8 +60,10 @@ def test_guard(impl):
 '''
 
 
-def run_with_report(pytester: pytest.Pytester, suite: str) -> tuple[pytest.RunResult, dict, str, str]:
+def run_with_report(pytester: pytest.Pytester, suite: str, conftest: str | None = None) -> tuple[pytest.RunResult, dict, str, str]:
     pytester.makeini("[pytest]\n")
+    if conftest is not None:
+        pytester.makeconftest(conftest)
     pytester.makepyfile(adapters_under_test=ADAPTERS, test_suite=suite)
     pytester.syspathinsert()
     result = pytester.runpytest_inprocess("-p", "conformance.plugin", "-p", "conformance.plugin.fixtures", "-p", "no:cacheprovider",
@@ -84,6 +86,22 @@ def test_an_interrupted_run_says_its_verdicts_cover_only_what_ran(pytester):
     assert markdown.splitlines()[2] == f"**{said}; a pass, or no defect, says nothing of the tests it did not reach.**"
     assert said in html.split('<p class="summary">', 1)[0]  # before the "0 defect(s)" line
     assert said in "\n".join(result.outlines)  # and above the matrix in the terminal
+
+
+BROKEN_OUTPUT = '''
+def pytest_runtest_logfinish(nodeid, location):
+    if "test_then_ctrl_c" in nodeid:
+        raise BrokenPipeError(32, "Broken pipe")  # what a run whose output pipe closed meets at its next write
+'''
+
+
+def test_a_run_that_pytest_itself_ended_says_so(pytester):
+    """A run whose terminal went away mid-run (its parent killed) still writes a report: it must not read as complete."""
+    result, data, markdown, _ = run_with_report(pytester, INTERRUPTED.replace("raise KeyboardInterrupt", "pass"), BROKEN_OUTPUT)
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    assert data["run"]["interrupted"] == "pytest internal error: [Errno 32] Broken pipe"
+    assert "test_never_reached[hiradix]" not in [t["nodeid"].split("::")[1] for t in data["tests"]]
+    assert "The run was interrupted (pytest internal error: [Errno 32] Broken pipe)" in markdown
 
 
 def test_a_run_that_ends_is_not_interrupted_and_each_entry_names_its_rerun(pytester):
