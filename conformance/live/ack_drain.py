@@ -37,15 +37,25 @@ class AckDrainSession(LiveSession):
 
     def configure(self, host_ratio: float) -> tuple[Any, Any]:
         """Publish the server args as upstream's scheduler does (runtime_context.publish), then join its process groups (their widths come from it)."""
-        args = self.runtime.server_args_cls(model_path=NO_MODEL, tp_size=self.env.world_size, **server_args_fields(self.env, host_ratio))
+        args = self.runtime.server_args_cls(model_path=NO_MODEL, tp_size=self.env.world_size,
+                                            **server_args_fields(self.env, host_ratio, self.mem_layout()))
         context = self.runtime.module("runtime_context")
         ranks = {"ranks": context.SpawnRanks(world_rank=self.env.rank)} if "ranks" in inspect.signature(context.publish).parameters else {}
         context.publish(args, role="scheduler", **ranks)
         return ensure_process_group(self.runtime, self.env.rank, self.env.world_size), args
 
     def request(self, request_id: str) -> Any:
-        """What the cache's scheduler calls name a request by (an id, or a CacheRequestHandle)."""
-        return request_id
+        """What the cache's scheduler calls name a request by: an id, or a CacheRequestHandle (one attempt per request here).
+
+        Read from check_prefetch_progress's parameter, never from a version
+        (0.5.19 names requests by id, 0.5.20+ by handle, in both layouts).
+        """
+        if list(inspect.signature(type(self.cache).check_prefetch_progress).parameters)[1] == "req_id":  # the class's, not the tap's
+            return request_id
+        handles = self.__dict__.setdefault("_handles", {})
+        if request_id not in handles:
+            handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
+        return handles[request_id]
 
     def hit_drained(self, request_id: str) -> bool:
         """Whether the drain has taken the prefetch's storage hit (allocated its host slots, or revoked it)."""

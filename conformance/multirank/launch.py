@@ -152,7 +152,8 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
             stalled = _entered_different_collectives({r: _parse_beat(beats.get(r, ""))["collectives"] for r in alive})
         if stalled or (alive and now - start >= total_timeout_s):
             why = f"no progress for {quiet:.1f}s" if stalled else f"still running after {total_timeout_s:g}s"
-            parsed = {rank: _parse_beat(beats.get(rank, "")) for rank in range(len(procs))}
+            final = {rank: _read_heartbeat(workdir, rank) or beats.get(rank, "") for rank in range(len(procs))}  # an exited rank's last word
+            parsed = {rank: _parse_beat(beat) for rank, beat in final.items()}
             lines = []
             for rank in alive:
                 beat = parsed[rank]
@@ -160,7 +161,9 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
             done = [rank for rank in range(len(procs)) if rank not in alive]
             tail = f"; ranks {done} had exited" if done else ""
             held = {r for r in alive if WAITING in parsed[r]["phase"]}
-            divergence = first_divergence({r: b["collectives"] for r, b in parsed.items() if r in alive}, behind=held)
+            # A rank that exited takes no collective again: a peer inside one it never took diverged (L3), not merely hung.
+            taken = {r: b["collectives"] for r, b in parsed.items() if r in alive or final[r]}
+            divergence = first_divergence(taken, behind=held)
             tail += f"\n{divergence}" if divergence else ""
             stuck = f"multi-rank run stuck ({why}): " + "; ".join(lines) + tail
             # A background thread that died explains a rank that waits for its IO forever: the cause leads.

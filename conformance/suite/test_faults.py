@@ -258,7 +258,8 @@ def test_io_past_the_timeout_is_excluded(rig, impl, held, profile, page_size):
     # F3/F5: only finished IO counts; the held transfer and everything after it are excluded.
     pools = [PoolProgress(name, cache.pools[name].hit_policy, kv_pages if name in landed_with_kv else 0) for name in extras]
     want = committable_pages(kv_pages, pools) * page_size
-    assert committed == want, f"F3: committed {committed} tokens at the timeout; finished IO allows exactly {want}"
+    assert committed <= want, f"F3: committed {committed} tokens at the timeout; finished IO allows at most {want}"
+    assert committed == want, f"F11: committed {committed} tokens at the timeout; finished IO allows {want}: loaded pages were dropped"
     hold.release()
     loaded = finish(rig, cache, "timeout", tokens, data, committed)
     for name in extras:

@@ -20,7 +20,7 @@ UNIFIED_LAYOUT = ("srt/mem_cache/unified_cache/unified_tree_core.py", "srt/runti
 
 
 def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | None = None, unified: bool = False,
-                   hi_mamba: bool = False, unified_layout: bool = False) -> Path:
+                   hi_mamba: bool = False, unified_layout: bool = False, unified_mamba: bool = False) -> Path:
     """A minimal upstream-shaped sglang package under root; returns the package directory."""
     package = root / "sglang"
     mem_cache = package / "srt" / "mem_cache"
@@ -39,6 +39,10 @@ def sglang_package(root: Path, *, hiradix: str | None = HIRADIX, version: str | 
         controller = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_cache_controller.py"
         controller.parent.mkdir(parents=True, exist_ok=True)
         controller.write_text("class HybridCacheController:\n    def allocate_storage_hit(self, operation, hit_tokens):\n        pass\n")
+    if unified_mamba:  # the unified assembler builds a hybrid mamba model's host stack
+        assembler = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_pool_assembler.py"
+        assembler.parent.mkdir(parents=True, exist_ok=True)
+        assembler.write_text("class StackStrategy:\n    pass\n\n\nclass _MambaStrategy(StackStrategy):\n    pass\n")
     if version is not None:
         (package / "version.py").write_text(f'__version__ = "{version}"\n')
     return package
@@ -62,9 +66,26 @@ def test_wheel_or_site_packages_layout(tmp_path):
                             "is wired to (sglang/srt/mem_cache/memory_pool.py does not exist)",
                             "UnifiedRadixCache+dsa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 DSA build the "
                             "harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
+                            "allocate_storage_hit of the 0.5.22+ drain)",
+                            "UnifiedRadixCache+mamba (UnifiedRadixCache) is in the tree but not in the 0.5.22+ mamba build the harness "
+                            "is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)",
+                            "UnifiedRadixCache+mamba/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 mamba build "
+                            "the harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
                             "allocate_storage_hit of the 0.5.22+ drain)"), "a build the tree lacks says so; the row's other build that runs does not"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
+
+
+def test_a_unified_tree_whose_assembler_builds_a_mamba_stack_runs_its_mamba_component_as_its_own_row(tmp_path):
+    sglang_package(tmp_path, hiradix=None, unified=True, unified_layout=True, unified_mamba=True)
+    (tmp_path / "sglang-0.5.23.dist-info").mkdir()
+    tree = locate(str(tmp_path))
+    assert tree.layouts == ("UnifiedRadixCache", "UnifiedRadixCache+mamba")
+    by_name = {a.name: a for a in adapters_for(tree)}
+    assert list(by_name) == ["sglang-live:UnifiedRadixCache@0.5.23", "sglang-live:UnifiedRadixCache+mamba@0.5.23"]
+    mamba = by_name["sglang-live:UnifiedRadixCache+mamba@0.5.23"]
+    assert "pool:mamba" in mamba.capabilities and mamba.default_extra_pools == ("mamba",)
+    assert "pool:mamba" not in by_name["sglang-live:UnifiedRadixCache@0.5.23"].capabilities
 
 
 def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
@@ -80,7 +101,11 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
                             f"UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ DSA build the harness "
                             f"is wired to {no_core}",
                             f"UnifiedRadixCache+dsa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 DSA build the "
-                            f"harness is wired to {no_core}")
+                            f"harness is wired to {no_core}",
+                            f"UnifiedRadixCache+mamba (UnifiedRadixCache) is in the tree but not in the 0.5.22+ mamba build the harness "
+                            f"is wired to {no_core}",
+                            f"UnifiedRadixCache+mamba/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 mamba build "
+                            f"the harness is wired to {no_core}")
 
 
 def test_package_directory_itself(tmp_path):

@@ -208,6 +208,32 @@ def test_load_back_names_the_storage_key_a_slot_was_last_read_into_and_forgets_f
     t.file_name = lambda key: f"{key}.bin"
     t.saw_pages("kv", ["a", "b"], torch.arange(8))
     t.forget_slot("kv", 4)
-    unified.record_load_back(t, KvHost(), torch.arange(8))
+    unified.record_load_back(t, "kv", KvHost(), torch.arange(8).tolist()[::PS])
     (load_back,) = events(t, EventKind.LOAD_BACK)
     assert list(load_back.slots) == [0] and list(load_back.keys) == ["a.bin"], "slot 4 was freed: its key is gone"
+
+
+class LoadingController:
+    """A controller whose queued load carries KV pages and one side pool's state (a PoolTransfer of its own host pool)."""
+
+    def __init__(self, pool_transfers):
+        self.load_queue = [SimpleNamespace(host_indices=torch.arange(8), pool_transfers=pool_transfers)]
+        self.started = 0
+
+    def start_loading(self):
+        self.started += 1
+
+
+def test_a_load_back_of_a_side_pool_state_is_recorded_from_its_own_host_pool_and_key():
+    t = taps()
+    t.file_name = lambda key: f"{key}.bin"
+    t.saw_pages("kv", ["a", "b"], torch.arange(8))
+    t.saw_pages("mamba", ["b.mamba"], torch.tensor([3]))
+    state = SimpleNamespace(name=SimpleNamespace(value="mamba"), host_indices=torch.tensor([3]))
+    riding = SimpleNamespace(name=SimpleNamespace(value="indexer"), host_indices=None)  # on the KV slots: KV's record
+    cc = LoadingController([state, riding])
+    unified.tap_load_back(t, cc, KvHost(), {"mamba": KvHost()})
+    cc.start_loading()
+    loads = [(e.pool, list(e.slots), list(e.keys)) for e in events(t, EventKind.LOAD_BACK)]
+    assert loads == [("kv", [0, 4], ["a.bin", "b.bin"]), ("mamba", [3], ["b.mamba.bin"])]
+    assert cc.started == 1

@@ -53,3 +53,39 @@ def test_first_divergence_names_position_and_ranks():
     assert first_divergence({0: ["a()", "b()"], 1: ["a()", "b()"]}) is None
     assert first_divergence({0: ["a()", "b()"], 1: ["a()", "c(step 2)"]}) == "L3: collective #2 differs across ranks: rank 0 b(), rank 1 c(step 2)"
     assert first_divergence({0: ["a()"], 1: []}) == "L3: collective #1 differs across ranks: rank 0 a(), rank 1 nothing"
+
+
+def _exit_at_once() -> None:
+    pass
+
+
+def _block_until(released) -> None:
+    released.wait(60.0)  # bounded: the test releases it once the supervisor has spoken
+
+
+def test_a_collective_that_an_exited_rank_never_took_is_named_l3(tmp_path):
+    """Rank 0 exited after two collectives; rank 1 still waits after a third of its own: it diverged (L3), not merely hung."""
+    import json
+    import multiprocessing
+
+    from conformance.multirank.launch import _supervise
+
+    (tmp_path / "heartbeat0.txt").write_text(json.dumps(
+        {"phase": "scenario 0", "last": "", "collectives": ["vote_max()", "vote_max()"], "deaths": []}))
+    (tmp_path / "heartbeat1.txt").write_text(json.dumps(
+        {"phase": "scenario 0 done, waiting for every rank", "last": "#9 collective rank 1 value 'commit_min'",
+         "collectives": ["vote_max()", "vote_max()", "commit_min()"], "deaths": []}))
+    context = multiprocessing.get_context("spawn")
+    released = context.Event()
+    procs = [context.Process(target=_exit_at_once), context.Process(target=_block_until, args=(released,))]
+    for proc in procs:
+        proc.start()
+    try:
+        procs[0].join(30.0)
+        message = _supervise(procs, tmp_path, hang_timeout_s=0.5, total_timeout_s=30.0, startup_timeout_s=0.5)
+    finally:
+        released.set()
+        for proc in procs:
+            proc.join(30.0)
+    assert message is not None and "ranks [0] had exited" in message
+    assert "L3: collective #3 differs across ranks: rank 0 nothing, rank 1 commit_min()" in message

@@ -30,6 +30,15 @@ def pool_name(transfer: Any) -> str:
     return str(getattr(transfer.name, "value", transfer.name))
 
 
+def storage_key(backend: Any, pool: Any, key: str) -> str:
+    """The key a pool's page is stored under: the backend's own rule where it has one, else upstream's '<hash>.<pool>'."""
+    log_key = getattr(backend, "_log_key", None)
+    if log_key is not None:
+        return log_key(pool, key)
+    name = str(getattr(pool, "value", pool))
+    return key if name == "kv" else f"{key}.{name}"
+
+
 def _pool_io(taps: Taps, backend: Any, direction: str) -> Callable[[Callable], Callable]:
     """One IO per pool transfer of a multi-pool get or set; it ends page by page, as the backend reports."""
     def make(original: Callable) -> Callable:
@@ -42,7 +51,7 @@ def _pool_io(taps: Taps, backend: Any, direction: str) -> Callable[[Callable], C
                     continue  # not a pool this harness tracks (its slots are not recorded)
                 io = taps.trace.next_io_id()
                 start = taps.trace.record(EventKind.IO_START, op=op, pool=name, space=HOST, slots=t.host_indices, io=io, value=direction)
-                taps.saw_pages(name, t.keys or (), t.host_indices)
+                taps.saw_pages(name, [storage_key(backend, t.name, key) for key in t.keys or ()], t.host_indices)
                 started.append((t, name, io, start))
             try:
                 for *_, start in started:

@@ -3,13 +3,11 @@
 Built with upstream's own classes (MHATokenToKVPool, its paged allocator,
 the release's MHA host pool, HiCacheController, HiCacheFile), configured
 through the runtime context its scheduler publishes. Requests are named as
-the release names them: 0.5.19 by id, 0.5.20 by CacheRequestHandle (read
-from check_prefetch_progress's parameter, never from a version).
+the release names them (AckDrainSession.request).
 """
 
 from __future__ import annotations
 
-import inspect
 from array import array
 from typing import Any, Mapping, Sequence
 
@@ -45,14 +43,7 @@ class HiRadixDrainSession(AckDrainSession):
             page_size=self.env.page_size, tp_cache_group=self.group)
         cache = m["hiradix_cache"].HiRadixCache(params, self.args)
         self.kv_host = cache.cache_controller.mem_pool_host
-        self._by_handle = self.names_by_handle(cache)
-        self._handles: dict[str, Any] = {}
         return cache
-
-    @staticmethod
-    def names_by_handle(cache: Any) -> bool:
-        """Whether the scheduler's calls name a request by CacheRequestHandle (0.5.20) rather than by id (0.5.19)."""
-        return next(iter(inspect.signature(cache.check_prefetch_progress).parameters.values())).name != "req_id"
 
     def tap(self) -> None:
         tap_host_pool(self.taps, self.kv_host, KV)
@@ -61,13 +52,6 @@ class HiRadixDrainSession(AckDrainSession):
         tap_drain_cache(self.taps, self.cache, self.decision_state)
 
     # --- requests --------------------------------------------------------------------------------
-
-    def request(self, request_id: str) -> Any:
-        if not self._by_handle:
-            return request_id
-        if request_id not in self._handles:
-            self._handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
-        return self._handles[request_id]
 
     def radix_key(self, tokens: Sequence[int]) -> Any:
         return self.runtime.modules["radix_cache"].RadixKey(array("q", tokens))

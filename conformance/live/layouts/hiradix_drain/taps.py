@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from conformance.live.layouts.unified.taps import AckCounts, drain_commit, tap_ack_drain_controller
+from conformance.live.layouts.unified.taps import AckCounts, drain_commit, request_id, tap_ack_drain_controller
 from conformance.live.taps import Taps, wrap
 from conformance.live.taps.cache import DecisionStateOf, Votes, tap_insert_helper_host
 from spec.decision import VOTE_COLLECTIVE
@@ -26,11 +26,6 @@ DRAIN_TAP_POINTS = (
              "check_prefetch_progress reduces through _all_reduce_attn_groups"),
     ("commit, insert", "_handle_prefetch_result (the drain at the final ACK, or check_prefetch_progress after a terminate) and _insert_helper_host inside it"),
 )
-
-
-def request_id(request: Any) -> str:
-    """A request as the trace names it: its id (0.5.20 passes CacheRequestHandles, 0.5.19 ids)."""
-    return str(getattr(request, "rid", request))
 
 
 def tap_drain_controller(taps: Taps, cc: Any) -> AckCounts:

@@ -10,7 +10,4 @@ from conformance.live.layouts.hiradix_dsa.session import build_dsa
 
 class HiRadixDrainDsaSession(HiRadixDrainSession):
     def build(self) -> Any:
-        cache = build_dsa(self)
-        self._by_handle = HiRadixDrainSession.names_by_handle(cache)
-        self._handles = {}
-        return cache
+        return build_dsa(self)

@@ -5,7 +5,8 @@ runtime context a scheduler publishes), builds its tree core and its
 components from CacheInitParams (here the full-attention component alone,
 on upstream's MHA KV pool), and attaches HiCache afterwards
 (init_hicache: the host pool group, HybridCacheController, HiCacheFile).
-Requests are CacheRequestHandles; a load-back takes the scheduler's Req.
+Requests are named as the release names them (an id in 0.5.19, a
+CacheRequestHandle after); a load-back takes the scheduler's Req.
 Prefetches are committed by the ACK drain inside check_hicache_events,
 not by check_prefetch_progress (taps.py says where each event is recorded).
 """
@@ -50,22 +51,24 @@ class UnifiedSession(AckDrainSession):
     CLASS_NAME = "UnifiedRadixCache"
     # Where the drain fixes a hit: None, 0.5.22+'s allocate_storage_hit (a build allocating inline names its tap).
     TAP_ALLOCATION: Callable[[Any, Any], None] | None = None
+    # The tree's components, as upstream's scheduler picks them for the model (create_unified_radix_cache).
+    TREE_COMPONENTS: tuple[str, ...] = ("FULL",)
 
     def build(self) -> Any:
         _, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
         return self.build_unified(req_pool)
 
-    def build_unified(self, req_pool: Any) -> Any:
-        """The tree with the FULL component on the device tier build() made, then init_hicache (upstream's assembler picks
+    def build_unified(self, req_pool: Any, **params_fields: Any) -> Any:
+        """The tree with TREE_COMPONENTS on the device tier build() made, then init_hicache (upstream's assembler picks
         the host stack from the device pool); sets the KV host pool and the session's request state."""
         m = self.runtime.modules
+        components = tuple(getattr(m["components"].ComponentType, name) for name in self.TREE_COMPONENTS)
         params = m["cache_init_params"].CacheInitParams(
             disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
-            tp_cache_group=self.group, tree_components=(m["components"].ComponentType.FULL,))
+            tp_cache_group=self.group, tree_components=components, **params_fields)
         cache = m["unified_radix_cache"].UnifiedRadixCache(params)
         cache.init_hicache(self.args, params)
         self.kv_host = cache.cache_controller.mem_pool_host.anchor_entry.host_pool
-        self.handles: dict[str, Any] = {}
         self._first_blocked: dict[str, float] = {}  # request -> when its first check found it unfinished (A3)
         return cache
 
@@ -73,17 +76,11 @@ class UnifiedSession(AckDrainSession):
         """The unified cache's own tap points (taps.py) in place of the fork's."""
         tap_host_pool(self.taps, self.kv_host, KV)
         self.acks = tap_ack_drain_controller(self.taps, self.cc, self.TAP_ALLOCATION)
-        tap_load_back(self.taps, self.cc, self.kv_host)
+        tap_load_back(self.taps, self.cc, self.kv_host, {s.name: s.host for s in self.sidecars if not s.rides_kv_slots})
         tap_storage(self.taps, self.backend, self.storage_file_name)
         tap_unified_cache(self.taps, self.cache, self.decision_state)
 
     # --- requests --------------------------------------------------------------------------------
-
-    def request(self, request_id: str) -> Any:
-        """The scheduler's handle of a request (one attempt per request here)."""
-        if request_id not in self.handles:
-            self.handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
-        return self.handles[request_id]
 
     def radix_key(self, tokens: Sequence[int]) -> Any:
         return self.runtime.modules["radix_cache"].RadixKey(array("q", tokens))
@@ -111,17 +108,23 @@ class UnifiedSession(AckDrainSession):
         """init_load_back with the scheduler's Req, start_loading, then the next step's loading_check."""
         m = self.runtime.modules
         match = self._node_hit(tokens)
-        if int(match.host_hit_length):
+        req = None
+        if int(match.host_hit_length) or any(s.has_host_hit(match) for s in self.sidecars):
             req = m["schedule_batch"].Req("load-back", "", array("q", tokens), m["sampling_params"].SamplingParams(max_new_tokens=1))
             req.last_node = match.last_device_node
             self.cache.init_load_back(m["base_prefix_cache"].InitLoadBackParams(
                 best_match_node=match.best_match_node, host_hit_length=int(match.host_hit_length), req=req))
             self.cache.ready_to_load_host_cache()
         self.cache.check_hicache_events()
+        if req is not None:
+            self.request_finished(req)
         match = self._node_hit(tokens)
         if not hasattr(self.cache, "path_device_indices"):  # 0.5.21: the match carries the prefix's device slots
             return match, match.device_indices
         return match, self.cache.path_device_indices(match.last_device_node)
+
+    def request_finished(self, req: Any) -> None:
+        """What the scheduler frees of a finished request the tree does not own (a component's per-request state)."""
 
     # --- decision probes: the class's own _can_terminate_prefetch on a real operation ---------------
 

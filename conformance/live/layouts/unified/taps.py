@@ -11,7 +11,7 @@ is the shared seams' taps (conformance/live/taps/) as they are.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from conformance.live.taps import KV, Taps, tensor_digest, wrap
 from conformance.live.taps.cache import DecisionStateOf, Votes
@@ -40,6 +40,11 @@ class AckCounts:
     def __init__(self) -> None:
         self.queued = 0
         self.forwarded = 0
+
+
+def request_id(request: Any) -> str:
+    """A request as the trace names it: its id (a CacheRequestHandle's rid, or the id a release passes in its place)."""
+    return str(getattr(request, "rid", request))
 
 
 def _nothing(*_: Any) -> None:
@@ -114,30 +119,38 @@ def tap_io_thread(taps: Taps, cc: Any, acks: AckCounts) -> None:
     wrap(cc.ack_prefetch_queue, "put", acked)
 
 
-def tap_load_back(taps: Taps, cc: Any, kv_host: Any) -> None:
-    """LOAD_BACK for each queued load's host pages whose storage key is known, before the copy starts."""
+def tap_load_back(taps: Taps, cc: Any, kv_host: Any, side_hosts: Mapping[str, Any] | None = None) -> None:
+    """LOAD_BACK for each queued load's host pages whose storage key is known, before the copy starts: its KV pages, and
+    the host slots of each side pool transfer it carries on a host pool of its own (`side_hosts`: pool -> host pool)."""
+    side_hosts = side_hosts or {}
+
     def loading(original: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if taps.trace.enabled:
                 for operation in list(cc.load_queue):
-                    record_load_back(taps, kv_host, operation.host_indices)
+                    record_load_back(taps, KV, kv_host, operation.host_indices.tolist()[:: taps.page_size])
+                    for transfer in operation.pool_transfers or ():
+                        pool = str(getattr(transfer.name, "value", transfer.name))
+                        if pool in side_hosts and transfer.host_indices is not None:
+                            record_load_back(taps, pool, side_hosts[pool], transfer.host_indices.tolist())
             return original(*args, **kwargs)
         return wrapper
 
     wrap(cc, "start_loading", loading)
 
 
-def record_load_back(taps: Taps, kv_host: Any, host_indices: Any) -> None:
+def record_load_back(taps: Taps, pool: str, host: Any, first_slots: Sequence[int]) -> None:
+    """LOAD_BACK of the pages (or states) at these first host slots of `pool`, with the digest each holds now."""
     slots, keys, digests = [], [], []
-    for slot in host_indices.tolist()[:: taps.page_size]:
-        key = taps.slot_keys.get((KV, slot))
+    for slot in first_slots:
+        key = taps.slot_keys.get((pool, slot))
         if key is None:
             continue  # a page never read from or written to storage: nothing to compare it with
         slots.append(slot)
         keys.append(key)
-        digests.append(tensor_digest(kv_host.get_data_page(slot, flat=True)))
+        digests.append(tensor_digest(host.get_data_page(slot, flat=True)))
     if slots:
-        taps.trace.record(EventKind.LOAD_BACK, pool=KV, slots=slots, keys=keys, digests=digests)
+        taps.trace.record(EventKind.LOAD_BACK, pool=pool, slots=slots, keys=keys, digests=digests)
 
 
 def drain_commit(taps: Taps, op_of: Callable[[Any], str]) -> Callable[[Callable], Callable]:
@@ -175,10 +188,10 @@ def tap_unified_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             info = cache.ongoing_prefetch.get(request)
             if info is not None and taps.ctx.phase != "abort":
-                taps.trace.record(EventKind.REVOKE, op=request.rid, step=taps.ctx.step, value="hit too short or terminated before its IO")
+                taps.trace.record(EventKind.REVOKE, op=request_id(request), step=taps.ctx.step, value="hit too short or terminated before its IO")
             result = original(request, *args, **kwargs)
             if info is not None and info.operation.host_indices is None:
-                taps.io_finished(request.rid)  # the IO thread never received it
+                taps.io_finished(request_id(request))  # the IO thread never received it
             return result
         return wrapper
 
@@ -194,10 +207,18 @@ def tap_unified_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -
 
     def progress(original: Callable) -> Callable:
         def wrapper(request: Any) -> Any:
-            with taps.scheduling(op=request.rid, phase="check"):
+            with taps.scheduling(op=request_id(request), phase="check"):
                 return original(request)
         return wrapper
 
+    def staging(original: Callable) -> Callable:
+        def wrapper(info: Any, *args: Any, **kwargs: Any) -> Any:
+            with taps.scheduling(op=request_id(info.operation.request_id), phase="prefetch"):
+                return original(info, *args, **kwargs)
+        return wrapper
+
+    if hasattr(cache, "_alloc_prefetch_aux_staging"):  # a side component's host slots, bound beside the hit's KV slots
+        wrap(cache, "_alloc_prefetch_aux_staging", staging)
     wrap(cache, "_can_terminate_prefetch", votes.deciding)
     wrap(cache, "_all_reduce_attn_groups", votes.reducing)
     wrap(cache, "revoke_pending_prefetch", revoking)
