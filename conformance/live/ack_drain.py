@@ -16,6 +16,7 @@ as that scheduler publishes them (runtime_context).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Sequence
 
@@ -45,17 +46,22 @@ class AckDrainSession(LiveSession):
         return ensure_process_group(self.runtime, self.env.rank, self.env.world_size), args
 
     def request(self, request_id: str) -> Any:
-        """What the cache's scheduler calls name a request by: an id, or a CacheRequestHandle (one attempt per request here).
-
-        Read from check_prefetch_progress's parameter, never from a version
-        (0.5.19 names requests by id, 0.5.20+ by handle, in both layouts).
-        """
-        if list(inspect.signature(type(self.cache).check_prefetch_progress).parameters)[1] == "req_id":  # the class's, not the tap's
+        """What the cache's scheduler calls name a request by: an id, or a CacheRequestHandle (one attempt per request here)."""
+        if not self._names_by_handle:
             return request_id
-        handles = self.__dict__.setdefault("_handles", {})
-        if request_id not in handles:
-            handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
-        return handles[request_id]
+        if request_id not in self._handles:
+            self._handles[request_id] = self.runtime.module("base_prefix_cache").CacheRequestHandle(request_id, 0)
+        return self._handles[request_id]
+
+    @functools.cached_property
+    def _names_by_handle(self) -> bool:
+        """Read from check_prefetch_progress's parameter (the class's, not the tap's), never from a version: 0.5.19 names
+        requests by id, 0.5.20+ by handle, in both ACK-drain layouts."""
+        return list(inspect.signature(type(self.cache).check_prefetch_progress).parameters)[1] != "req_id"
+
+    @functools.cached_property
+    def _handles(self) -> dict[str, Any]:
+        return {}
 
     def hit_drained(self, request_id: str) -> bool:
         """Whether the drain has taken the prefetch's storage hit (allocated its host slots, or revoked it)."""

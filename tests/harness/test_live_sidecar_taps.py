@@ -216,7 +216,7 @@ def test_a_state_attached_by_a_commit_is_inserted_by_its_operation_and_owned_by_
     states = HostPool(4)
     tap_host_pool(taps, states, "mamba")
     lru = LruList()
-    tap_attach(taps, lru, "mamba", lambda node: node.mamba_host_value)
+    tap_attach(taps, lru, "mamba", "mamba_host_value")
     cache = AttachingCache(lru)
     tap_fork_cache(taps, cache, lambda op: None)
     with taps.scheduling(op="r1", phase="prefetch"):

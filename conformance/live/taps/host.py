@@ -43,12 +43,12 @@ def track_derived_pool(taps: Taps, name: str) -> None:
     taps.pools.add(name)
 
 
-def tap_attach(taps: Taps, lru_list: Any, pool: str, value_of: Callable[[Any], Any]) -> None:
-    """A state attached to a new leaf by a commit: the leaf enters `lru_list` inside the commit's host insert."""
+def tap_attach(taps: Taps, lru_list: Any, pool: str, value_attr: str) -> None:
+    """A state attached to a new leaf by a commit: the leaf enters `lru_list` inside _insert_helper_host."""
     def attached(original: Callable) -> Callable:
         def wrapper(node: Any, *args: Any, **kwargs: Any) -> Any:
             op = taps.ctx.inserting
-            value = value_of(node)
+            value = getattr(node, value_attr, None)
             if op is not None and value is not None:
                 taps.inserted(op, value.tolist(), pool=pool)
             return original(node, *args, **kwargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from conformance.live.taps.state import Taps, tensor_digest, wrap
+from conformance.live.taps.state import KV, Taps, tensor_digest, wrap
 from spec.trace import BACKUP, HOST, LOAD, EventKind
 
 
@@ -36,7 +36,7 @@ def storage_key(backend: Any, pool: Any, key: str) -> str:
     if log_key is not None:
         return log_key(pool, key)
     name = str(getattr(pool, "value", pool))
-    return key if name == "kv" else f"{key}.{name}"
+    return key if name == KV else f"{key}.{name}"
 
 
 def _pool_io(taps: Taps, backend: Any, direction: str) -> Callable[[Callable], Callable]:

@@ -59,26 +59,14 @@ class MambaSidecar(Sidecar):
         self.layout = PoolLayout(MAMBA, "state", (self.states.nbytes(),), torch.uint8, HitPolicy.TRAILING_PAGES)
         self.trace: Any = None
 
-    # --- where this cache keeps a state (HiMambaRadixCache: on the node and the cache themselves) ----------------
-
     def host_pool(self) -> Any:
+        """The cache's state host pool (a unified tree's is its MAMBA component's)."""
         return self.cache.mamba_pool_host
-
-    def host_lru(self) -> Any:
-        return self.cache.mamba_host_lru_list
-
-    @staticmethod
-    def host_value(node: Any) -> Any:
-        return node.mamba_host_value
-
-    @staticmethod
-    def device_value(node: Any) -> Any:
-        return node.mamba_value
 
     def tap(self, taps: Taps) -> None:
         self.trace = taps.trace
         tap_host_pool(taps, self.host, MAMBA)
-        tap_attach(taps, self.host_lru(), MAMBA, self.host_value)
+        tap_attach(taps, self.cache.mamba_host_lru_list, MAMBA, "mamba_host_value")
 
     def alloc_state(self) -> torch.Tensor:
         allocator = self.req_pool.mamba_allocator
@@ -101,18 +89,18 @@ class MambaSidecar(Sidecar):
 
     def record_load_back(self, match: Any, host_pages: list[tuple[int, str]]) -> None:
         node = match.best_match_node
-        if self.host_value(node) is None or self.device_value(node) is not None or not node.hash_value:
+        if node.mamba_host_value is None or node.mamba_value is not None or not node.hash_value:
             return
-        slot = int(self.host_value(node)[0])
+        slot = int(node.mamba_host_value[0])
         key = self.file_name(f"{node.hash_value[-1]}.{MAMBA}")
         digest = tensor_digest(self.host.get_data_page(slot, flat=True))
         self.trace.record(EventKind.LOAD_BACK, pool=MAMBA, slots=[slot], keys=[key], digests=[digest])
 
     def loaded(self, match: Any, device_slots: torch.Tensor) -> torch.Tensor | None:
         node = match.last_device_node
-        if node is None or not len(device_slots) or self.device_value(node) is None:
+        if not len(match.device_indices) or node.mamba_value is None:
             return None
-        return self.states.read(self.device_value(node))
+        return self.states.read(node.mamba_value)
 
     def probe_transfer(self) -> Any:
         """A mamba state's transfer (every operation of this cache is the hybrid controller's)."""

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from conformance.live.taps import KV, Taps, tensor_digest, wrap
 from conformance.live.taps.cache import DecisionStateOf, Votes
 from conformance.live.taps.controller import tap_backup, tap_copies, tap_page_get, tap_queue, tap_terminate, tap_transfer
+from conformance.live.taps.storage import pool_name
 from spec.decision import VOTE_COLLECTIVE
 from spec.fence import COMMIT_COLLECTIVE
 from spec.trace import EventKind
@@ -130,7 +131,7 @@ def tap_load_back(taps: Taps, cc: Any, kv_host: Any, side_hosts: Mapping[str, An
                 for operation in list(cc.load_queue):
                     record_load_back(taps, KV, kv_host, operation.host_indices.tolist()[:: taps.page_size])
                     for transfer in operation.pool_transfers or ():
-                        pool = str(getattr(transfer.name, "value", transfer.name))
+                        pool = pool_name(transfer)
                         if pool in side_hosts and transfer.host_indices is not None:
                             record_load_back(taps, pool, side_hosts[pool], transfer.host_indices.tolist())
             return original(*args, **kwargs)

@@ -6,22 +6,21 @@ HybridLinearKVPool with the FULL and MAMBA components): a host pool group of
 KV and MambaPoolHost, the MAMBA transfer one trailing state per prefetch.
 """
 
-from conformance.live.layout import HostLayoutRule, Layout, Mark
+from dataclasses import replace
+
+from conformance.live.layout import HostLayoutRule, Mark
 from conformance.live.layouts.unified import LAYOUT as UNIFIED
 
 MAMBA_STRATEGY = Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^class _MambaStrategy\b", "mamba strategy in the unified assembler")
 
-LAYOUT = Layout(
+LAYOUT = replace(
+    UNIFIED,
     key="UnifiedRadixCache+mamba",
-    class_name="UnifiedRadixCache",
-    module_file=UNIFIED.module_file,
     layout_name="the 0.5.22+ mamba build",
     session="conformance.live.layouts.unified_mamba.session:UnifiedMambaSession",
-    modules=UNIFIED.modules,
     capabilities=frozenset({"multi_rank", "pool:mamba", "kv_formats"}),
     default_extra_pools=("mamba",),
     marks=(*UNIFIED.marks, MAMBA_STRATEGY),
-    host_pool_modules=UNIFIED.host_pool_modules,
     # 0.5.2x's mamba host pool takes the page_first layouts only; of them the direct IO backend (the CPU path) takes
     # page_first_direct, so a mamba model's server runs with it.
     host_layout_rule=HostLayoutRule("srt/mem_cache/pool_host/mamba.py", "MambaPoolHost", r"^\s*[\"'](page_first_direct)[\"'],",
