@@ -315,7 +315,11 @@ class LiveSession:
             self._settle_before_shutdown()
         finally:
             self._deaths = self.storage_threads.deaths()  # before shutdown ends every thread
-            self.cache.shutdown()  # upstream's own detach: stops and joins its storage threads
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Upstream's own detach: stops and joins its storage threads."""
+        self.cache.shutdown()
 
     def _settle_before_shutdown(self) -> None:
         """One rank: let every started prefetch's IO end (bounded), then one scheduler step drains what it released.

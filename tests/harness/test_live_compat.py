@@ -26,12 +26,15 @@ def test_a_class_not_in_the_target_one_outside_the_wired_layouts_and_one_that_do
     assert result["target"] == "0.4.10"
     assert classes["HiMambaRadixCache"] == ["not in this target"]
     no_core = "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)"
-    assert classes["UnifiedRadixCache"] == [f"not run: `UnifiedRadixCache`: not the 0.5.22+ layout {no_core}",
+    no_components = "(sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"
+    assert classes["UnifiedRadixCache"] == [f"not run: `UnifiedRadixCache`: not the fork's layout {no_components}",
+                                            f"not run: `UnifiedRadixCache`: not the 0.5.22+ layout {no_core}",
                                             f"not run: `UnifiedRadixCache`: not the 0.5.20/0.5.21 layout {no_core}",
                                             f"not run: `UnifiedRadixCache+dsa`: not the 0.5.22+ DSA build {no_core}",
                                             f"not run: `UnifiedRadixCache+dsa`: not the 0.5.20/0.5.21 DSA build {no_core}",
                                             f"not run: `UnifiedRadixCache+mamba`: not the 0.5.22+ mamba build {no_core}",
-                                            f"not run: `UnifiedRadixCache+mamba`: not the 0.5.20/0.5.21 mamba build {no_core}"]
+                                            f"not run: `UnifiedRadixCache+mamba`: not the 0.5.20/0.5.21 mamba build {no_core}",
+                                            f"not run: `UnifiedRadixCache+mamba`: not the fork's mamba build {no_components}"]
     lines = classes["HiRadixCache"]
     assert any(line.startswith("not run: `HiRadixCache` (the fork's layout): --sglang-live: importing sglang.srt.mem_cache.hiradix_cache")
                for line in lines), lines

@@ -71,7 +71,10 @@ def test_wheel_or_site_packages_layout(tmp_path):
                             "is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)",
                             "UnifiedRadixCache+mamba/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 mamba build "
                             "the harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
-                            "allocate_storage_hit of the 0.5.22+ drain)"), "a build the tree lacks says so; the row's other build that runs does not"
+                            "allocate_storage_hit of the 0.5.22+ drain)",
+                            "UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the harness "
+                            "is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"), \
+        "a build the tree lacks says so; the row's other build that runs does not"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
 
@@ -88,14 +91,17 @@ def test_a_unified_tree_whose_assembler_builds_a_mamba_stack_runs_its_mamba_comp
     assert "pool:mamba" not in by_name["sglang-live:UnifiedRadixCache@0.5.23"].capabilities
 
 
-def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
-    """The fork's earlier UnifiedRadixCache (no tree core, no runtime context) is another protocol: named, not run."""
+def test_unified_cache_outside_the_wired_layouts_is_reported_not_run(tmp_path):
+    """A UnifiedRadixCache with neither the tree core nor the fork's component package is no layout the harness knows."""
     sglang_package(tmp_path / "python")
     sglang_package(tmp_path / "other", hiradix=None, unified=True)
     tree = locate(str(tmp_path / "other"))
     assert tree.layouts == ()
+    no_components = "(sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"
     no_core = "(sglang/srt/mem_cache/unified_cache/unified_tree_core.py does not exist)"
-    assert tree.unwired == (f"UnifiedRadixCache is in the tree but not in the 0.5.22+ layout the harness is wired to {no_core}",
+    assert tree.unwired == (f"UnifiedRadixCache/fork (UnifiedRadixCache) is in the tree but not in the fork's layout the harness "
+                            f"is wired to {no_components}",
+                            f"UnifiedRadixCache is in the tree but not in the 0.5.22+ layout the harness is wired to {no_core}",
                             f"UnifiedRadixCache/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 layout the harness "
                             f"is wired to {no_core}",
                             f"UnifiedRadixCache+dsa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ DSA build the harness "
@@ -105,7 +111,42 @@ def test_unified_cache_outside_the_wired_layout_is_reported_not_run(tmp_path):
                             f"UnifiedRadixCache+mamba (UnifiedRadixCache) is in the tree but not in the 0.5.22+ mamba build the harness "
                             f"is wired to {no_core}",
                             f"UnifiedRadixCache+mamba/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 mamba build "
-                            f"the harness is wired to {no_core}")
+                            f"the harness is wired to {no_core}",
+                            f"UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the "
+                            f"harness is wired to {no_components}")
+
+
+FORK_UNIFIED = ("class UnifiedRadixCache(KVCacheEventMixin, BasePrefixCache):\n"
+                "    def check_prefetch_progress(self, req_id: str) -> bool:\n        return True\n")
+
+
+def fork_unified_package(root: Path, *, check_signature: str = FORK_UNIFIED, mamba: bool = False) -> None:
+    """The fork's earlier UnifiedRadixCache: a component package, no tree core, the fork's prefetch by request id."""
+    package = sglang_package(root, hiradix=None, unified=True, unified_mamba=mamba)
+    (package / "srt" / "mem_cache" / "unified_radix_cache.py").write_text(check_signature)
+    components = package / "srt" / "mem_cache" / "unified_cache_components"
+    components.mkdir()
+    (components / "full_component.py").write_text("class FullComponent:\n    pass\n")
+
+
+def test_the_forks_unified_cache_runs_in_its_own_layout(tmp_path):
+    fork_unified_package(tmp_path, mamba=True)
+    tree = locate(f"{tmp_path}@abc")
+    assert tree.layouts == ("UnifiedRadixCache/fork", "UnifiedRadixCache+mamba/fork")
+    by_name = {a.name: a for a in adapters_for(tree)}
+    assert list(by_name) == ["sglang-live:UnifiedRadixCache@abc", "sglang-live:UnifiedRadixCache+mamba@abc"]
+    assert by_name["sglang-live:UnifiedRadixCache+mamba@abc"].default_extra_pools == ("mamba",)
+    assert not by_name["sglang-live:UnifiedRadixCache@abc"].default_extra_pools
+
+
+def test_a_component_tree_on_another_prefetch_protocol_is_not_the_forks_layout(tmp_path):
+    """The component package alone does not make the fork's layout: its check takes a request id (a handle is another protocol)."""
+    fork_unified_package(tmp_path, check_signature=FORK_UNIFIED.replace("req_id: str", "handle: CacheRequestHandle"))
+    tree = locate(str(tmp_path))
+    assert tree.layouts == ()
+    assert tree.unwired[0] == ("UnifiedRadixCache/fork (UnifiedRadixCache) is in the tree but not in the fork's layout the harness is "
+                               "wired to (sglang/srt/mem_cache/unified_radix_cache.py has no check_prefetch_progress taking a request id "
+                               "(the fork's prefetch))")
 
 
 def test_package_directory_itself(tmp_path):

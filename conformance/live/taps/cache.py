@@ -115,18 +115,20 @@ def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> V
 
 
 def tap_insert_helper_host(taps: Taps, cache: Any) -> None:
-    """COMMIT (the length handed to the tree) and INSERT (the host slots the tree took) at _insert_helper_host, which returns the length it already held."""
+    """COMMIT (the length handed to the tree) and INSERT (the host slots the tree took) at _insert_helper_host, which
+    returns the length it already held (the fork's UnifiedRadixCache: an InsertResult with it as prefix_len)."""
     def inserting(original: Callable) -> Callable:
         def wrapper(node: Any, key: Any, host_value: Any, hash_value: Any, *args: Any, **kwargs: Any) -> Any:
             op = taps.ctx.op
             taps.trace.record(EventKind.COMMIT, op=op, step=taps.ctx.step, value=len(key))
             saved, taps.ctx.inserting = taps.ctx.inserting, op
             try:
-                matched = original(node, key, host_value, hash_value, *args, **kwargs)
+                result = original(node, key, host_value, hash_value, *args, **kwargs)
             finally:
                 taps.ctx.inserting = saved
+            matched = getattr(result, "prefix_len", result)
             taps.inserted(op, host_value[matched:].tolist())
-            return matched
+            return result
         return wrapper
 
     wrap(cache, "_insert_helper_host", inserting)

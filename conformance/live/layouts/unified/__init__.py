@@ -2,7 +2,7 @@
 full-attention component.
 
 The fork's earlier UnifiedRadixCache has neither a tree core nor a runtime
-context: another protocol, named in the header and not run.
+context: its own layout (layouts/unified_fork).
 """
 
 from conformance.live.layout import Layout, Mark

@@ -45,6 +45,21 @@ def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
     configure_through(runtime, fields, lambda _cls, extra: parse(extra))
 
 
+def component_tree(session: Any, component_type: Any, req_pool: Any, **params_fields: Any) -> Any:
+    """A UnifiedRadixCache with the session's TREE_COMPONENTS (members of upstream's `component_type`) on the device tier
+    its build() made, then init_hicache (upstream's assembler picks the host stack from the device pool); sets the
+    session's KV host pool."""
+    m = session.runtime.modules
+    components = tuple(getattr(component_type, name) for name in session.TREE_COMPONENTS)
+    params = m["cache_init_params"].CacheInitParams(
+        disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=session.allocator, page_size=session.env.page_size,
+        tp_cache_group=session.group, tree_components=components, **params_fields)
+    cache = m["unified_radix_cache"].UnifiedRadixCache(params)
+    cache.init_hicache(session.args, params)
+    session.kv_host = cache.cache_controller.mem_pool_host.anchor_entry.host_pool
+    return cache
+
+
 class UnifiedSession(AckDrainSession):
     """One upstream UnifiedRadixCache instance (full-attention component, HiCache with the file backend) for one test."""
 
@@ -59,16 +74,8 @@ class UnifiedSession(AckDrainSession):
         return self.build_unified(req_pool)
 
     def build_unified(self, req_pool: Any, **params_fields: Any) -> Any:
-        """The tree with TREE_COMPONENTS on the device tier build() made, then init_hicache (upstream's assembler picks
-        the host stack from the device pool); sets the KV host pool and the session's request state."""
-        m = self.runtime.modules
-        components = tuple(getattr(m["components"].ComponentType, name) for name in self.TREE_COMPONENTS)
-        params = m["cache_init_params"].CacheInitParams(
-            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
-            tp_cache_group=self.group, tree_components=components, **params_fields)
-        cache = m["unified_radix_cache"].UnifiedRadixCache(params)
-        cache.init_hicache(self.args, params)
-        self.kv_host = cache.cache_controller.mem_pool_host.anchor_entry.host_pool
+        """The component tree on the device tier build() made (component_tree), and the session's request state."""
+        cache = component_tree(self, self.runtime.modules["components"].ComponentType, req_pool, **params_fields)
         self._first_blocked: dict[str, float] = {}  # request -> when its first check found it unfinished (A3)
         return cache
 

@@ -1,0 +1,34 @@
+"""The fork's UnifiedRadixCache (also in 0.5.13-0.5.18): a tree of components over the fork's prefetch protocol, on
+its full-attention component.
+
+The tree is built from CacheInitParams' tree_components (unified_cache_components,
+no tree core, no runtime context), init_hicache attaches the host stack
+through the hybrid assembler (HostPoolGroup, HybridCacheController,
+HiCacheFile); the prefetch is the fork's: host slots allocated when it is
+queued, check_prefetch_progress(req_id) votes and commits, release_aborted_request.
+0.5.19+ replaced it with the tree-core layout (layouts/unified).
+"""
+
+from conformance.live.layout import Layout, Mark
+
+COMPONENT_PACKAGE = Mark("srt/mem_cache/unified_cache_components/full_component.py", None,
+                         "component package (unified_cache_components)")
+FORK_UNIFIED_PREFETCH = Mark("srt/mem_cache/unified_radix_cache.py", r"^\s*def check_prefetch_progress\(self, req_id: str\)",
+                             "check_prefetch_progress taking a request id (the fork's prefetch)")
+
+LAYOUT = Layout(
+    key="UnifiedRadixCache/fork",
+    class_name="UnifiedRadixCache",
+    module_file="srt/mem_cache/unified_radix_cache.py",
+    layout_name="the fork's layout",
+    session="conformance.live.layouts.unified_fork.session:ForkUnifiedSession",
+    modules={
+        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
+        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "tree_component": "sglang.srt.mem_cache.unified_cache_components.tree_component",
+        "schedule_batch": "sglang.srt.managers.schedule_batch",
+        "sampling_params": "sglang.srt.sampling.sampling_params",
+    },
+    capabilities=frozenset({"multi_rank", "kv_formats"}),
+    marks=(COMPONENT_PACKAGE, FORK_UNIFIED_PREFETCH),
+)
