@@ -73,7 +73,9 @@ def test_wheel_or_site_packages_layout(tmp_path):
                             "the harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
                             "allocate_storage_hit of the 0.5.22+ drain)",
                             "UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the harness "
-                            "is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"), \
+                            "is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)",
+                            "UnifiedRadixCache+swa/fork (UnifiedRadixCache) is in the tree but not in the fork's sliding-window build the "
+                            "harness is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"), \
         "a build the tree lacks says so; the row's other build that runs does not"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
@@ -113,30 +115,48 @@ def test_unified_cache_outside_the_wired_layouts_is_reported_not_run(tmp_path):
                             f"UnifiedRadixCache+mamba/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 mamba build "
                             f"the harness is wired to {no_core}",
                             f"UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the "
-                            f"harness is wired to {no_components}")
+                            f"harness is wired to {no_components}",
+                            f"UnifiedRadixCache+swa/fork (UnifiedRadixCache) is in the tree but not in the fork's sliding-window build "
+                            f"the harness is wired to {no_components}")
 
 
 FORK_UNIFIED = ("class UnifiedRadixCache(KVCacheEventMixin, BasePrefixCache):\n"
                 "    def check_prefetch_progress(self, req_id: str) -> bool:\n        return True\n")
 
 
-def fork_unified_package(root: Path, *, check_signature: str = FORK_UNIFIED, mamba: bool = False) -> None:
+def fork_unified_package(root: Path, *, check_signature: str = FORK_UNIFIED, mamba: bool = False, swa: bool = False) -> None:
     """The fork's earlier UnifiedRadixCache: a component package, no tree core, the fork's prefetch by request id."""
     package = sglang_package(root, hiradix=None, unified=True, unified_mamba=mamba)
     (package / "srt" / "mem_cache" / "unified_radix_cache.py").write_text(check_signature)
     components = package / "srt" / "mem_cache" / "unified_cache_components"
     components.mkdir()
     (components / "full_component.py").write_text("class FullComponent:\n    pass\n")
+    if swa:
+        (components / "swa_component.py").write_text("class SWAComponent:\n    pass\n")
+        assembler = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_pool_assembler.py"
+        assembler.parent.mkdir(parents=True, exist_ok=True)
+        assembler.write_text((assembler.read_text() if assembler.is_file() else "") + "\n\nclass _SwaStrategy(StackStrategy):\n    pass\n")
 
 
 def test_the_forks_unified_cache_runs_in_its_own_layout(tmp_path):
-    fork_unified_package(tmp_path, mamba=True)
+    fork_unified_package(tmp_path, mamba=True, swa=True)
     tree = locate(f"{tmp_path}@abc")
-    assert tree.layouts == ("UnifiedRadixCache/fork", "UnifiedRadixCache+mamba/fork")
+    assert tree.layouts == ("UnifiedRadixCache/fork", "UnifiedRadixCache+mamba/fork", "UnifiedRadixCache+swa/fork")
     by_name = {a.name: a for a in adapters_for(tree)}
-    assert list(by_name) == ["sglang-live:UnifiedRadixCache@abc", "sglang-live:UnifiedRadixCache+mamba@abc"]
+    assert list(by_name) == ["sglang-live:UnifiedRadixCache@abc", "sglang-live:UnifiedRadixCache+mamba@abc",
+                             "sglang-live:UnifiedRadixCache+swa@abc"]
     assert by_name["sglang-live:UnifiedRadixCache+mamba@abc"].default_extra_pools == ("mamba",)
+    swa = by_name["sglang-live:UnifiedRadixCache+swa@abc"]
+    assert swa.default_extra_pools == ("swa",) and "pool:swa" in swa.capabilities and "pool:mamba" not in swa.capabilities
     assert not by_name["sglang-live:UnifiedRadixCache@abc"].default_extra_pools
+
+
+def test_the_forks_unified_tree_without_its_swa_component_names_that_build_not_run(tmp_path):
+    fork_unified_package(tmp_path)
+    tree = locate(f"{tmp_path}@abc")
+    assert tree.layouts == ("UnifiedRadixCache/fork",)
+    assert "UnifiedRadixCache+swa/fork (UnifiedRadixCache) is in the tree but not in the fork's sliding-window build the harness is " \
+           "wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)" in tree.unwired
 
 
 def test_a_component_tree_on_another_prefetch_protocol_is_not_the_forks_layout(tmp_path):

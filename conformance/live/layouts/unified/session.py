@@ -22,7 +22,7 @@ import torch
 from conformance.live import probes
 from conformance.live.ack_drain import AckDrainSession
 from conformance.live.configuration import configure_through
-from conformance.live.layouts.unified.taps import tap_load_back, tap_unified_cache, tap_ack_drain_controller
+from conformance.live.layouts.unified.taps import side_hosts_of, tap_load_back, tap_unified_cache, tap_ack_drain_controller
 from conformance.live.runtime import Runtime
 from conformance.live.taps import KV
 from conformance.live.taps.host import tap_host_pool
@@ -83,7 +83,7 @@ class UnifiedSession(AckDrainSession):
         """The unified cache's own tap points (taps.py) in place of the fork's."""
         tap_host_pool(self.taps, self.kv_host, KV)
         self.acks = tap_ack_drain_controller(self.taps, self.cc, self.TAP_ALLOCATION)
-        tap_load_back(self.taps, self.cc, self.kv_host, {s.name: s.host for s in self.sidecars if not s.rides_kv_slots})
+        tap_load_back(self.taps, self.cc, self.kv_host, side_hosts_of(self.sidecars, self.env.page_size))
         tap_storage(self.taps, self.backend, self.storage_file_name)
         tap_unified_cache(self.taps, self.cache, self.decision_state)
 

@@ -120,9 +120,14 @@ def tap_io_thread(taps: Taps, cc: Any, acks: AckCounts) -> None:
     wrap(cc.ack_prefetch_queue, "put", acked)
 
 
-def tap_load_back(taps: Taps, cc: Any, kv_host: Any, side_hosts: Mapping[str, Any] | None = None) -> None:
+def side_hosts_of(sidecars: Sequence[Any], page_size: int) -> dict[str, tuple[Any, int]]:
+    """Each sidecar on a host pool of its own: pool -> (host pool, slots per stored page: a page of tokens, or one state)."""
+    return {s.name: (s.host, page_size if s.layout.unit == "token" else 1) for s in sidecars if not s.rides_kv_slots}
+
+
+def tap_load_back(taps: Taps, cc: Any, kv_host: Any, side_hosts: Mapping[str, tuple[Any, int]] | None = None) -> None:
     """LOAD_BACK for each queued load's host pages whose storage key is known, before the copy starts: its KV pages, and
-    the host slots of each side pool transfer it carries on a host pool of its own (`side_hosts`: pool -> host pool)."""
+    the pages of each side pool transfer it carries on a host pool of its own (`side_hosts`: side_hosts_of)."""
     side_hosts = side_hosts or {}
 
     def loading(original: Callable) -> Callable:
@@ -133,7 +138,8 @@ def tap_load_back(taps: Taps, cc: Any, kv_host: Any, side_hosts: Mapping[str, An
                     for transfer in operation.pool_transfers or ():
                         pool = pool_name(transfer)
                         if pool in side_hosts and transfer.host_indices is not None:
-                            record_load_back(taps, pool, side_hosts[pool], transfer.host_indices.tolist())
+                            host, per_page = side_hosts[pool]
+                            record_load_back(taps, pool, host, transfer.host_indices.tolist()[::per_page])
             return original(*args, **kwargs)
         return wrapper
 

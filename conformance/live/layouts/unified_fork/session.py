@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from conformance.live.layouts.unified.session import component_tree, configure  # noqa: F401  (configure: the adapter's C1/C2 entry)
-from conformance.live.layouts.unified.taps import tap_load_back
+from conformance.live.layouts.unified.taps import side_hosts_of, tap_load_back
 from conformance.live.session import LiveSession
 from conformance.live.tiers import mha_device_tier
 
@@ -40,7 +40,7 @@ class ForkUnifiedSession(LiveSession):
         """The fork's taps, and each queued load's pages recorded where the controller starts it (the tree's nodes hold
         their host slots per component, so the load is read from the controller's queue)."""
         super().tap()
-        tap_load_back(self.taps, self.cc, self.kv_host, {s.name: s.host for s in self.sidecars if not s.rides_kv_slots})
+        tap_load_back(self.taps, self.cc, self.kv_host, side_hosts_of(self.sidecars, self.env.page_size))
 
     def loaded_slots(self, tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
         """init_load_back with the scheduler's Req, start_loading, then the next step's loading_check."""
