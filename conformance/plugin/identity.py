@@ -1,9 +1,10 @@
 """What a report says was tested, with what, where: the suite, each implementation, the machine.
 
 Every value is looked up, never assumed: a distribution's version comes from
-its installed metadata, a commit from git (or from pip's record of a VCS
-install), and each is null when it cannot be known (a module on the path,
-a wheel built from a tree without git).
+its installed metadata (the suite's, when it runs from a checkout it was not
+installed from, from the checkout's pyproject.toml), a commit from git (or
+from pip's record of a VCS install), and each is null when it cannot be
+known (a module on the path, a wheel built from a tree without git).
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from conformance.implementations.loader import Origin
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport the package depends on there
+    import tomli as tomllib  # type: ignore[no-redef]
 
 SUITE_DISTRIBUTION = "hicache-conformance"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the conformance package
@@ -71,12 +77,22 @@ def _recorded_commit(distribution: str) -> str | None:
         return None
 
 
+def source_version(package_dir: Path = PACKAGE_DIR) -> str | None:
+    """The version the source tree holding the package declares (its pyproject.toml), for a suite run from a checkout
+    without installing it (as a separate environment runs the live side); None when that file is not this project's."""
+    try:
+        project = tomllib.loads((package_dir.parent / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return project.get("version") if project.get("name") == SUITE_DISTRIBUTION else None
+
+
 def suite_identity() -> dict:
     """This suite: distribution name and version, commit (and uncommitted changes), where it was loaded from."""
     dist = distribution_of(__name__)
     git = git_state(PACKAGE_DIR)
     commit = git["commit"] if git else _recorded_commit(SUITE_DISTRIBUTION)
-    return {"name": SUITE_DISTRIBUTION, "version": dist["version"] if dist else None, "commit": commit,
+    return {"name": SUITE_DISTRIBUTION, "version": dist["version"] if dist else source_version(), "commit": commit,
             "modified": git["modified"] if git else None, "path": str(PACKAGE_DIR)}
 
 

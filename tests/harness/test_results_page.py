@@ -90,3 +90,20 @@ def test_the_command_names_a_tree_as_tree_not_the_run_machines_path(live_shaped_
                                   "--sglang=/tmp/other", "--conformance-report", "out/fork"]
     first = render(data).splitlines()[4]
     assert first == "- command: `pytest conformance/ -n 2 --sglang-live TREE@9e9fde147 -k sglang --sglang=TREE --conformance-report out/fork`"
+
+
+def test_a_suite_whose_version_is_unknown_says_so(live_shaped_report):
+    data = live_shaped_report()
+    data["suite"] = {**data["suite"], "version": None}
+    line = next(line for line in render(data).splitlines() if line.startswith("- suite: "))
+    assert line.startswith("- suite: hicache-conformance (version unknown), commit "), line
+
+
+def test_a_suite_run_from_its_checkout_reads_the_version_the_checkout_declares(tmp_path):
+    from conformance.plugin.identity import source_version
+
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "hicache-conformance"\nversion = "9.8.7"\n')
+    assert source_version(tmp_path / "conformance") == "9.8.7"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "someone-else"\nversion = "1.0"\n')
+    assert source_version(tmp_path / "conformance") is None, "another project's pyproject.toml is not this suite's version"
