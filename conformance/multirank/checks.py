@@ -7,6 +7,7 @@ the scenario conforms.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from conformance.report.failures import CLAUSE_LABEL
@@ -20,6 +21,8 @@ from spec.trace import EventKind, Trace
 
 from conformance.multirank.records import ScenarioOutcome
 
+LEAK_LINE = re.compile(r"F8: cache (?P<cache>\d+) (?P<space>\w+):(?P<pool>\w+): ")  # driver.RankCache.close's accounting line
+
 def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     """Everything the harness requires of any multi-rank scenario, as messages."""
     died = once_per_error((r.rank, error) for r in outcome.ranks for error in r.background_errors)
@@ -29,22 +32,37 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     out = rank_errors(outcome)
     if out:
         return out
-    for r in outcome.ranks:
-        if r.leftover_threads:
-            out.append(f"rank {r.rank}: threads still running after close(): {r.leftover_threads}")
-        out += [f"rank {r.rank}: {leak}" for leak in r.leaks]
-        out += [f"rank {r.rank}: {load.request_id}: {load.error}" for load in r.loads if load.error]
+    traced: list[str] = []
+    leaked: set[tuple[int, str, str]] = set()  # (cache, space, pool) where the trace names slots never freed (S3)
     caches = min(len(r.traces) for r in outcome.ranks)
     for cache in range(caches):
         config = outcome.ranks[0].configs[cache]
         traces = [r.traces[cache] for r in outcome.ranks]
-        out += [f"cache {cache}: {v}" for v in check(traces, config)]
+        violations = list(check(traces, config))
+        leaked |= {(cache, v.event.space, v.event.pool) for v in violations if v.clause == "S3" and v.event is not None
+                   and v.message.endswith("(leaked)")}
+        traced += [f"cache {cache}: {v}" for v in violations]
         if CATALOGUE["X4"].applies_to(_profile(traces).id):
-            out += _x4_vote_count(outcome, cache, config)
-        out += _commit_oracle_problems(outcome, cache, config)
+            traced += _x4_vote_count(outcome, cache, config)
+        traced += _commit_oracle_problems(outcome, cache, config)
+    for r in outcome.ranks:
+        if r.leftover_threads:
+            out.append(f"rank {r.rank}: threads still running after close(): {r.leftover_threads}")
+        out += [f"rank {r.rank}: {leak}" for leak in r.leaks if not _traced_leak(leak, leaked)]
+        out += [f"rank {r.rank}: {load.request_id}: {load.error}" for load in r.loads if load.error]
+    out += traced
+    # Slots the trace already names as leaked (S3) are what an emptied tier still holds: one cause, named once.
+    out += [f"then (a consequence): rank {r.rank}: {unlabelled(leak)}" for r in outcome.ranks for leak in r.leaks
+            if _traced_leak(leak, leaked)]
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
     return out
+
+
+def _traced_leak(leak: str, leaked: set[tuple[int, str, str]]) -> bool:
+    """Whether an accounting leak ("F8: cache N SPACE:POOL: ...") is of a pool whose leaked slots the trace names."""
+    found = LEAK_LINE.match(leak)
+    return found is not None and (int(found["cache"]), found["space"], found["pool"]) in leaked
 
 
 def _profile(traces: Iterable[Trace]) -> Profile:
