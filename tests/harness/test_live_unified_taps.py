@@ -213,6 +213,11 @@ def test_load_back_names_the_storage_key_a_slot_was_last_read_into_and_forgets_f
     assert list(load_back.slots) == [0] and list(load_back.keys) == ["a.bin"], "slot 4 was freed: its key is gone"
 
 
+def Sidecar(name: str, unit: str, rides_kv_slots: bool = False) -> SimpleNamespace:
+    """What side_hosts_of reads of a live sidecar: its pool, host pool, layout unit, and whether it rides the KV slots."""
+    return SimpleNamespace(name=name, host=KvHost(), layout=SimpleNamespace(unit=unit), rides_kv_slots=rides_kv_slots)
+
+
 class LoadingController:
     """A controller whose queued load carries KV pages and one side pool's state (a PoolTransfer of its own host pool)."""
 
@@ -232,8 +237,22 @@ def test_a_load_back_of_a_side_pool_state_is_recorded_from_its_own_host_pool_and
     state = SimpleNamespace(name=SimpleNamespace(value="mamba"), host_indices=torch.tensor([3]))
     riding = SimpleNamespace(name=SimpleNamespace(value="indexer"), host_indices=None)  # on the KV slots: KV's record
     cc = LoadingController([state, riding])
-    unified.tap_load_back(t, cc, KvHost(), {"mamba": KvHost()})
+    unified.tap_load_back(t, cc, KvHost(), {"mamba": (KvHost(), 1)})  # a state: one host slot per stored page
     cc.start_loading()
     loads = [(e.pool, list(e.slots), list(e.keys)) for e in events(t, EventKind.LOAD_BACK)]
     assert loads == [("kv", [0, 4], ["a.bin", "b.bin"]), ("mamba", [3], ["b.mamba.bin"])]
     assert cc.started == 1
+
+
+def test_a_load_back_of_several_states_records_each_state_not_one_per_page_of_tokens():
+    t = taps()
+    t.file_name = lambda key: f"{key}.bin"
+    t.saw_pages("kv", ["a", "b"], torch.arange(8))
+    t.saw_pages("mamba", ["a.mamba"], torch.tensor([3]))
+    t.saw_pages("mamba", ["b.mamba"], torch.tensor([5]))
+    states = SimpleNamespace(name=SimpleNamespace(value="mamba"), host_indices=torch.tensor([3, 5]))
+    cc = LoadingController([states])
+    unified.tap_load_back(t, cc, KvHost(), unified.side_hosts_of([Sidecar("mamba", "state")], PS))
+    cc.start_loading()
+    loads = [(e.pool, list(e.slots)) for e in events(t, EventKind.LOAD_BACK)]
+    assert loads[1] == ("mamba", [3, 5]), "a state pool holds one slot per stored page: every state is a load-back"
