@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -38,18 +40,35 @@ def _ran(data: Mapping[str, Any]) -> list[str]:
 TREE_OPTIONS = ("--sglang-live", "--sglang")  # their value is a path on the machine that ran: a page says TREE
 
 
-def _command(data: Mapping[str, Any]) -> str:
-    """The run's command as a reader reruns it: an SGLang tree's path (the run machine's) as TREE, its label kept."""
-    args, after_option = [], False
-    for arg in data["run"]["pytest_args"]:
+def _tree_args(args: Sequence[str]) -> list[tuple[int, str, str, str]]:
+    """(index, option, tree path, label) of each SGLang tree the run's arguments name ('--sglang-live PATH@LABEL', '--sglang=PATH')."""
+    found, after_option = [], None
+    for i, arg in enumerate(args):
         option, equals, value = arg.partition("=")
         if after_option or (equals and option in TREE_OPTIONS):
-            label = (value if equals else arg).rpartition("@")
-            tree = "TREE" + (f"@{label[2]}" if label[1] else "")
-            arg = f"{option}={tree}" if equals else tree
-        after_option = arg in TREE_OPTIONS
-        args.append(arg)
+            path, at, label = (arg if after_option else value).rpartition("@")
+            found.append((i, after_option or option, path if at else label, label if at else ""))
+        after_option = arg if arg in TREE_OPTIONS else None
+    return found
+
+
+def _command(data: Mapping[str, Any]) -> str:
+    """The run's command as a reader reruns it: an SGLang tree's path (the run machine's) as TREE, its label kept."""
+    args = list(data["run"]["pytest_args"])
+    for i, option, _path, label in _tree_args(args):
+        tree = "TREE" + (f"@{label}" if label else "")
+        args[i] = tree if i and args[i - 1] == option else f"{option}={tree}"
     return "pytest " + shlex.join(args)
+
+
+def _without_trees(text: str, data: Mapping[str, Any]) -> str:
+    """Every path inside an SGLang tree the run read (evidence, sites) from the tree down: TREE/python/sglang/..."""
+    directory = data["run"].get("directory") or ""
+    paths = {os.path.normpath(os.path.join(directory, path)) for _i, _o, path, _l in _tree_args(data["run"]["pytest_args"])}
+    paths |= {path.rstrip("/") for _i, _o, path, _l in _tree_args(data["run"]["pytest_args"])}
+    for path in sorted(paths - {"", "."}, key=len, reverse=True):
+        text = re.sub(re.escape(path) + r"(?=/)", "TREE", text)
+    return text
 
 
 def render(data: Mapping[str, Any], title: str | None = None) -> str:
@@ -69,7 +88,7 @@ def render(data: Mapping[str, Any], title: str | None = None) -> str:
     for impl in impls:
         out += _implementation(data, impl)
     out += phase_errors(data)
-    return "\n".join(out) + "\n"
+    return _without_trees("\n".join(out) + "\n", data)
 
 
 def phase_errors(data: Mapping[str, Any]) -> list[str]:
@@ -119,6 +138,7 @@ def _implementation(data: Mapping[str, Any], impl: str) -> list[str]:
                 out += [f"  - {line}" for line in _divergence_sides(data, impl, clause)]
             if verdict in ("defect", "hardening", "divergence"):
                 tests = _tests_naming(data, impl, clause)
+                out += [f"  - where: `{site}`" for site in _where(data, impl, clause)]
                 out.append(f"  - {len(tests)} test(s) name it: " + ", ".join(f"`{t}`" for t in tests[:4]) + (" ..." if len(tests) > 4 else ""))
         out.append("")
     return out
@@ -170,6 +190,15 @@ def _divergence_sides(data: Mapping[str, Any], impl: str, clause: str) -> list[s
     for entry in (data.get("defects") or {}).get("entries", []):
         if entry["verdict"] == "divergence" and entry["clause"] == clause and impl in entry["implementations"]:
             out += [line for line in divergence_lines(entry)[1:] if line not in out]
+    return out
+
+
+def _where(data: Mapping[str, Any], impl: str, clause: str) -> list[str]:
+    """Where the implementation's code did it: the first site of each of the clause's entries on this implementation."""
+    out: list[str] = []
+    for entry in (data.get("defects") or {}).get("entries", []):
+        if entry["clause"] == clause and impl in entry["implementations"]:
+            out += [site for site in (entry.get("sites") or {}).get(impl, [])[:1] if site not in out]
     return out
 
 

@@ -107,3 +107,21 @@ def test_a_suite_run_from_its_checkout_reads_the_version_the_checkout_declares(t
     assert source_version(tmp_path / "conformance") == "9.8.7"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "someone-else"\nversion = "1.0"\n')
     assert source_version(tmp_path / "conformance") is None, "another project's pyproject.toml is not this suite's version"
+
+
+def test_an_entry_says_where_upstream_did_it_from_the_tree_down_never_the_run_machines_path(live_shaped_report):
+    data = live_shaped_report()
+    data["run"]["pytest_args"] = ["conformance/", "--sglang", "fork", "-k", "sglang"]
+    data["run"]["directory"] = "/home/ci/work"
+    entry = data["defects"]["entries"][0]
+    impl = entry["implementations"][0]
+    site = "sglang/srt/mem_cache/hiradix_cache.py:1356 (can_terminate_prefetch) < caches/hiradix.py:90 (check_prefetch_progress)"
+    entry["sites"] = {impl: [site]}
+    data["declarations"] = {impl: {"profile": "vote_per_check", "profile_title": "vote per check", "profile_declared": True,
+                                   "profile_evidence": ["/home/ci/work/fork/python/sglang/srt/mem_cache/hiradix_cache.py:1324: votes"]}}
+    page = render(data)
+    section = page.split(f"## {impl}\n", 1)[1].split("\n## ", 1)[0]
+    cell = next(line for line in section.splitlines() if line.startswith(f"- **{entry['clause']}** "))
+    assert section.splitlines()[section.splitlines().index(cell) + 1] == f"  - where: `{site}`"
+    assert "  - TREE/python/sglang/srt/mem_cache/hiradix_cache.py:1324: votes" in section.splitlines()
+    assert "/home/ci" not in page
