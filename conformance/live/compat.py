@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.live.layouts import BY_KEY, CLASS_FILES
-from conformance.live.tree import locate
+from conformance.live.tree import locate, parse_option
 from spec.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,8 +98,9 @@ def survey(target: str, python: str) -> dict[str, Any]:
             layout = BY_KEY[record["layout"]]
             if record["status"] == "runs":
                 runs[layout.class_name].append(f"runs: `{record['row']}`")
-            else:
-                refused[layout.class_name][layout.key] = f"not run: `{layout.row}` ({layout.layout_name}): {record['why']}"
+            else:  # the tree's path on this machine, as the page's command names it: TREE
+                why = record["why"].replace(str(parse_option(target)[0].resolve()), "TREE")
+                refused[layout.class_name][layout.key] = f"not run: `{layout.row}` ({layout.layout_name}): {why}"
     running = {line.partition("sglang-live:")[2].rpartition("@")[0] for lines in runs.values() for line in lines}
     return {"target": tree.label, "classes": {name: runs[name] + [why for key, why in refused[name].items() if BY_KEY.get(key) is None
                                                                   or BY_KEY[key].row not in running] for name in CLASS_FILES}}
