@@ -57,7 +57,8 @@ def lead_with_causes(report: Any, causes: Sequence[Mapping[str, Any]]) -> None:
 def annotate_failure(report: Any, excinfo: Any, item: Any) -> None:
     """A failed phase's report: the clauses its failure names and its causes (for the report), and its headline."""
     causes = causes_json(excinfo.value, item)
-    report.user_properties = [*report.user_properties, *failure_properties(excinfo), cause_property(causes)]
+    death = next((c["line"] for c in causes if c.get("clause") == "L5"), None)  # causes_in: a thread's death is the one cause
+    report.user_properties = [*report.user_properties, *failure_properties(excinfo, death), cause_property(causes)]
     try:
         lead_with_causes(report, causes)
     except Exception:  # a headline must never cost the failure its report

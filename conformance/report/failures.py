@@ -66,10 +66,18 @@ def divergent_clauses(message: str) -> dict[str, str]:
     return {clause: ids.pop() for clause, ids in seen.items() if len(ids) == 1 and None not in ids}
 
 
-def failure_properties(excinfo: Any) -> list[tuple[str, str]]:
-    """The user property a failed phase's report carries: what its exception names (possibly nothing)."""
+def failure_properties(excinfo: Any, death: str | None = None) -> list[tuple[str, str]]:
+    """The user property a failed phase's report carries: what its exception names (possibly nothing).
+
+    `death`: the line of a background thread's death the failure's causes found
+    (L5). What the test then saw (slots it stranded, a wait that never ended)
+    is that death's consequence, so the failure names L5 alone, whatever check
+    raised first.
+    """
     if excinfo is None:
         return []
+    if death is not None:
+        return [(PROP_FAILED, json.dumps({"L5": death})), (PROP_DIVERGENT, json.dumps({}))]
     try:
         message = str(excinfo.value)
     except Exception:  # a broken __str__ must not hide the failure
