@@ -69,9 +69,10 @@ class HierarchicalCache:
     name: ClassVar[str] = "hierarchical"
     supported_extra_pools: ClassVar[frozenset[str]] = frozenset()
     required_extra_pools: ClassVar[frozenset[str]] = frozenset()
-    # The parts a variant may swap (caches/variants/ replaces the fence and the operation).
+    # The parts a variant may swap (caches/variants/ replaces the fence, the operation and the prefetch path).
     commit_class: ClassVar[type[PrefetchCommit]] = PrefetchCommit
     operation_class: ClassVar[type[PrefetchOperation]] = PrefetchOperation
+    prefetch_path_class: ClassVar[type[PrefetchPath]] = PrefetchPath
     # Which of several process groups the collectives run on (spec/groups.py, X2): upstream's attention rule.
     vote_group_rule: ClassVar[str] = ATTENTION_RULE
     controller_class: ClassVar[type[StorageController]] = StorageController
@@ -142,7 +143,7 @@ class HierarchicalCache:
             parts, writing=self.write_path.writing, before_device_eviction=self.write_path.back_up_before_evict if write_back else None,
         )
         self.slots.bind(settle=self._settle_copies, make_room=self.eviction.make_room)
-        self.prefetches = PrefetchPath(parts, reducer=self.reducer, submit=self.controller.submit_prefetch, operation_class=self.operation_class)
+        self.prefetches = self.prefetch_path_class(parts, reducer=self.reducer, submit=self.controller.submit_prefetch, operation_class=self.operation_class)
         self.commit = self.commit_class(parts, reducer=self.reducer, prefetches=self.prefetches)
         self.scheduler = SchedulerStep(
             termination=self.termination, trace=self.trace, clock=self.clock, reducer=self.reducer, copies=self.copies,

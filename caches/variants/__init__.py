@@ -10,6 +10,7 @@ naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """
 
+from caches.variants.degraded_key_kept import degraded_key_kept
 from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
@@ -34,6 +35,7 @@ EXPECTED_FAILURES = {
     "window_agreed_locally": ("F10",),
     "extra_vote_on_one_group": ("L3",),
     "namespace_ignores_layout": ("S6",),
+    "degraded_key_kept": ("S8",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -41,4 +43,4 @@ ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unc
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
-           "namespace_ignores_layout", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "namespace_ignores_layout", "degraded_key_kept", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -71,14 +71,21 @@ class AckDrainSession(LiveSession):
         """prefetch_from_storage as the scheduler calls it; the tokens requested (0: none queued)."""
         raise NotImplementedError
 
+    def queued_operation(self, request_id: str) -> Any:
+        """The prefetch's operation as the drain queued it for the IO thread (None: none, or revoked)."""
+        raise NotImplementedError
+
     # --- the protocol ------------------------------------------------------------------------------
 
     def prefetch(self, request_id: str, tokens: Sequence[int]) -> int:
         """prefetch_from_storage, then the scheduler's steps until the ACK drain has taken its hit (allocated it, or revoked it)."""
         requested = self.start_prefetch(request_id, tokens)
-        if requested:
-            self.pump(lambda: self.hit_drained(request_id), f"the ACK drain to take the storage hit of {request_id}")
-        return requested
+        if not requested:
+            return 0
+        self.pump(lambda: self.hit_drained(request_id), f"the ACK drain to take the storage hit of {request_id}")
+        # The drain sized the read to the host room it found: what the IO thread reads is the operation's page keys.
+        operation = self.queued_operation(request_id)
+        return len(operation.hash_value) * self.env.page_size if operation is not None and operation.host_indices is not None else 0
 
     def wait_prefetch_io(self, request_id: str) -> None:
         """Wait (bounded) until upstream's IO thread queued the final ACK of the prefetch, and its sync thread forwarded it.

@@ -319,7 +319,7 @@ def test_abort_mid_prefetch_returns_every_slot(rig, impl, policy, when):
 
 # --- host slots exhausted -------------------------------------------------------------------------
 
-@pytest.mark.clause("F8", "S3", "S5")
+@pytest.mark.clause("S8", "F8", "S3", "S5")
 @pytest.mark.parametrize(("host_pages", "threshold_pages"), [(3, 1), (1, 2)], ids=["shrinks", "skipped"])
 def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, threshold_pages, page_size):
     writer = rig.make("wait_complete")
@@ -328,10 +328,10 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
     requested = cache.prefetch(RID, tokens)
     fits = host_pages * page_size
     assert requested % page_size == 0 and 0 <= requested <= fits, (
-        f"prefetch requested {requested} tokens with room for {fits}: it must shrink to whole pages that fit, or be skipped"
+        f"S8: prefetch requested {requested} tokens with host room for {fits}: it must shrink to whole pages that fit, or be skipped"
     )
     if host_pages < threshold_pages:
-        assert requested == 0, f"{requested} tokens requested although fewer than {threshold_pages} pages fit"
+        assert requested == 0, f"S8: {requested} tokens requested although fewer than {threshold_pages} pages fit"
     committed = 0
     if requested:
         cache.wait_prefetch_io(RID)

@@ -60,6 +60,8 @@ RUNS = {
     # Pages of another host layout (the same bytes in another order) under one namespace: the whole
     # single-rank suite, so that S6 alone failing means the namespace is all that changed.
     "foreign_layout": Selection("not 2ranks and not 4ranks and not 2x2", ("namespace_ignores_layout",), None),
+    # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
+    "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }

@@ -69,6 +69,10 @@ class HiRadixDrainSession(AckDrainSession):
         entry = self.cache.ongoing_prefetch.get(request_id)
         return entry is None or entry[2].host_indices is not None
 
+    def queued_operation(self, request_id: str) -> Any:
+        entry = self.cache.ongoing_prefetch.get(request_id)
+        return entry[2] if entry is not None else None
+
     # --- decision probes: check_prefetch_progress's decision on a real operation ---------------------
 
     def make_operation(self, state: DecisionState, *, start_time: float) -> Any:

@@ -111,6 +111,10 @@ class UnifiedSession(AckDrainSession):
         current = self.cache.ongoing_prefetch.get(self.request(request_id))
         return current is None or current.host_indices is not None
 
+    def queued_operation(self, request_id: str) -> Any:
+        current = self.cache.ongoing_prefetch.get(self.request(request_id))
+        return current.operation if current is not None else None
+
     def loaded_slots(self, tokens: Sequence[int]) -> tuple[Any, torch.Tensor]:
         """init_load_back with the scheduler's Req, start_loading, then the next step's loading_check."""
         m = self.runtime.modules
