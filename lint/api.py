@@ -11,7 +11,7 @@ from lint.findings import FileError
 from lint.locate import MethodSite, find_method, find_methods
 from lint.result import Result, plural
 from lint.selection import Selection
-from lint.source import Candidate, discover, display_path, explicit_problem, load
+from lint.source import Candidate, discover, display_path
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -71,11 +71,7 @@ def lint_repo(config: Config, *, fix: bool = False, diff: bool = False, fixabili
                 linter.result.errors.append(FileError(
                     where, f"implementation '{impl}': file {display} does not exist"))
             continue
-        candidate = Candidate(path, display, True)
-        data = linter.read(candidate)
-        if data is None:
-            continue
-        source = linter.kept(explicit_problem(data, display) or load(candidate, data))
+        source = linter.open(Candidate(path, display, True), prefilter=False)
         if source is None:
             continue
         wanted: list[MethodSite] = []

@@ -33,16 +33,6 @@ def _codes(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def _selected(value: str) -> list[str]:
-    """--select's codes: an empty list would run no rule yet report the files clean."""
-    codes = _codes(value)
-    if not codes:
-        from lint.selection import ACCEPTED
-
-        raise argparse.ArgumentTypeError(f"{value!r} selects no rule; accepted: at least one of {ACCEPTED}")
-    return codes
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hicache-lint",
@@ -59,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repo", action="store_true",
                         help="lint the configured implementations, or with none configured every candidate "
                              "method under the configuration's folder (for pass_filenames: false hooks)")
-    parser.add_argument("--select", type=_selected, metavar="CODES",
+    parser.add_argument("--select", type=_codes, metavar="CODES",
                         help="comma-separated rule codes, prefixes or names to check (replaces the configuration's)")
     parser.add_argument("--extend-select", type=_codes, default=[], metavar="CODES",
                         help="rules to check in addition to the selected ones")

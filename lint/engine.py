@@ -147,24 +147,29 @@ class Linter:
         self.read_paths.append(candidate.path)
         return data
 
-    def lint_candidate(self, candidate: Candidate) -> None:
+    def open(self, candidate: Candidate, prefilter: bool = True) -> Optional[SourceFile]:
+        """The file as parsed source; None when it is unreadable or refused (errors recorded), or, with `prefilter`,
+        names no candidate method. A file named explicitly must be non-empty Python text."""
         data = self.read(candidate)
         if data is None:
-            return
+            return None
         if candidate.explicit:
             if self.skip_empty and not data.strip():
-                return  # a hook passing every staged file: an empty one holds no method
+                return None  # a hook passing every staged file: an empty one holds no method
             problem = explicit_problem(data, candidate.display)
             if problem is None and not named_python(candidate.path, data):
                 problem = FileError(candidate.display, NOT_PYTHON)  # a README named by mistake, say
             if problem is not None:
                 self.result.errors.append(problem)
-                return
-        if not passes_prefilter(data, self.needles):
+                return None
+        if prefilter and not passes_prefilter(data, self.needles):
             if self.config.completion_flag.encode() in data:
                 self._note_flag(candidate.display, data.decode("utf-8", "replace"))
-            return
-        source = self.kept(load(candidate, data))
+            return None
+        return self.kept(load(candidate, data))
+
+    def lint_candidate(self, candidate: Candidate) -> None:
+        source = self.open(candidate)
         if source is not None:
             self.lint_text(source.text, candidate.display, path=candidate.path, source=source)
 

@@ -64,9 +64,10 @@ def selection(config: Config, select: Optional[Iterable[str]] = None, extend_sel
     """The rules this run checks: the configuration, then the command line's flags on top (as ruff)."""
     source = str(config.source) if config.source else "pyproject.toml"
     table = f"[tool.{SECTION}]"
-    if config.select == ():  # it would run no rule and still report every file clean
-        raise LintConfigError(source, f"{table} select = []: selects no rule; accepted: at least one of {ACCEPTED} "
-                                  "(leave select out to check every rule)")
+    for given, field, origin in ((config.select, f"{table} select = []", source), (select, "--select ''", "hicache-lint")):
+        if given is not None and not list(given):  # it would run no rule and still report every file clean
+            raise LintConfigError(origin, f"{field} selects no rule; accepted: at least one of {ACCEPTED} "
+                                          "(leave it out to check every rule)")
     chosen = codes_of(config.select, f"{table} select", source) if config.select is not None else frozenset(RULES_BY_CODE)
     if select is not None:
         chosen = codes_of(select, "--select", "hicache-lint")
