@@ -69,7 +69,8 @@ class LiveAdapter:
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
     deployment = evidence.deployment_of(tree)
     adapters = []
-    for key in tree.layouts:
+    refused = live_runtime.refused(tree)
+    for key in (key for key in tree.layouts if key not in refused):
         layout = BY_KEY[key]
         profile, why = evidence.profile_of(tree, layout.class_name)
         page_size, page_why = evidence.page_size_of(tree, layout)

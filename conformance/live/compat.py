@@ -54,7 +54,7 @@ def probe(target: str) -> list[dict[str, Any]]:
         runtime.load(tree)
     except ConfigError as exc:
         return [{"layout": key, "status": "error", "why": str(exc)} for key in tree.layouts]
-    out = []
+    out = [{"layout": key, "status": "error", "why": why} for key, why in runtime.refused(tree).items()]
     for adapter in adapters_for(tree):
         clock = ManualClock(1000.0)
         termination = TerminationConfig(policy="wait_complete", page_size=adapter.page_size or 4)

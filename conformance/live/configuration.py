@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from conformance.adapter import CacheEnv
 from conformance.live import shims
 from conformance.live.evidence import EXTRA_CONFIG_KEYS
-from conformance.live.runtime import Runtime
+from conformance.live.runtime import Runtime, current
 
 
 def server_args_fields(env: CacheEnv, host_ratio: float, mem_layout: str = "layer_first") -> dict[str, Any]:
@@ -40,7 +40,11 @@ def server_args_fields(env: CacheEnv, host_ratio: float, mem_layout: str = "laye
 
 
 def host_ratio(host_pages: int, device_pages: int, page_size: int) -> float:
-    """The hicache_ratio that gives exactly `host_pages` host pages: upstream takes (int(device * ratio) // page_size + 1) pages."""
+    """The hicache_ratio that gives exactly `host_pages` host pages: upstream takes (int(device * ratio) // page_size + 1)
+    pages; a tree whose host pool rounds its size down to a page (before 2025-09) takes int(device * ratio) // page_size."""
+    runtime = current()
+    if runtime is not None and not runtime.host_pool_adds_a_page:
+        return (host_pages * page_size + 0.5) / (device_pages * page_size)
     return ((host_pages - 1) * page_size + 0.5) / (device_pages * page_size)
 
 

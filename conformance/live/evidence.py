@@ -167,7 +167,7 @@ def host_layout_of(tree: SglangTree, layout: Layout) -> tuple[str | None, tuple[
     hit = find(tree, rule.file, rule.pattern, within=rule.within) if rule is not None else None
     if hit is None:
         return None, ()
-    name = re.search(rule.pattern, hit.text).group(1)
+    name = next(group for group in re.search(rule.pattern, hit.text).groups() if group is not None)
     return name, (hit.cite(tree, f"{rule.why}: the build runs with hicache_mem_layout={name}"),)
 
 

@@ -40,6 +40,15 @@ class Mark:
 
 
 @dataclass(frozen=True)
+class Module:
+    """An upstream module by its dotted name, and a name it defines: where a tree has no module of that name (modules
+    move), the module of the tree that defines `defines` stands in (conformance/live/modules.py)."""
+
+    dotted: str
+    defines: str
+
+
+@dataclass(frozen=True)
 class LineRule:
     """A fact of a build read from one line of the tree: the first match of `pattern` in `within`'s body."""
 
@@ -74,7 +83,7 @@ class Layout:
     module_file: str  # the class's module under sglang/
     layout_name: str  # how 'not run' lines name the layout
     session: str  # module:Class of its session
-    modules: Mapping[str, str]  # upstream modules the session uses beyond runtime.MODULES: short name -> dotted name
+    modules: Mapping[str, "str | Module"]  # upstream modules the session uses beyond runtime.MODULES: short name -> module
     capabilities: frozenset[str]
     default_extra_pools: tuple[str, ...] = ()
     marks: tuple[Mark, ...] = ()

@@ -25,6 +25,8 @@ def live_adapters(config: Any) -> list[LiveAdapter]:
     trees = live_trees(config.getoption(OPTION))
     for tree in trees:
         live_runtime.load(tree)
+        if not set(tree.layouts) - set(live_runtime.refused(tree)):
+            raise ConfigError(OPTION, tree.given, "a tree with a layout that imports: " + "; ".join(live_runtime.refused(tree).values()))
     return [a for tree in trees for a in adapters_for(tree)]
 
 
@@ -35,4 +37,6 @@ def report_lines(config: Any) -> list[str]:
         lines.append(f"sglang-live: {tree.import_root / 'sglang'} ({tree.label}): running {', '.join(tree.layouts)}")
         lines += [f"sglang-live: not run: {m}" for m in tree.missing]
         lines += [f"sglang-live: not run: {line}" for line in tree.unwired]
+        lines += [f"sglang-live: not run: {key}: {why}" for key, why in live_runtime.refused(tree).items()]
+        lines += [f"sglang-live: {note}" for note in live_runtime.notes(tree)]
     return lines

@@ -12,14 +12,16 @@ import logging
 import os
 import socket
 import sys
+import traceback
 import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.live import shims
-from conformance.live.layout import Layout
+from conformance.live.layout import Layout, Module
 from conformance.live.layouts import BY_KEY
+from conformance.live.modules import locate_module
 from conformance.live.tree import OPTION, SglangTree
 from spec.errors import ConfigError
 
@@ -33,6 +35,9 @@ class Runtime:
     torchvision_stand_in: bool
     server_args_cls: type
     distributed: dict = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # layout key -> the one line that refuses it in this tree
+    notes: list[str] = field(default_factory=list)  # what the run stands in or finds elsewhere, each with its evidence
+    host_pool_adds_a_page: bool = True  # HostKVCache sizes itself int(device * ratio) // page + 1 pages (older trees: no + 1)
 
     def module(self, name: str) -> types.ModuleType:
         return self.modules[name]
@@ -45,25 +50,29 @@ _RUNTIME: Runtime | None = None
 # does not spend its hang budget importing SGLang.
 PRELOAD_ENV = "CONFORMANCE_SGLANG_LIVE_TREE"
 
-# Upstream modules every live session uses, by short name.
+# Upstream modules every live session uses, by short name (a Module where upstream has moved it: found by what it defines).
 MODULES = {
-    "cache_controller": "sglang.srt.managers.cache_controller",
-    "memory_pool_host": "sglang.srt.mem_cache.memory_pool_host",
-    "memory_pool": "sglang.srt.mem_cache.memory_pool",
-    "allocator": "sglang.srt.mem_cache.allocator",
-    "base_prefix_cache": "sglang.srt.mem_cache.base_prefix_cache",
-    "radix_cache": "sglang.srt.mem_cache.radix_cache",
-    "cache_init_params": "sglang.srt.mem_cache.cache_init_params",
-    "hicache_storage": "sglang.srt.mem_cache.hicache_storage",
-    "server_args": "sglang.srt.server_args",
-    "parallel_state": "sglang.srt.distributed.parallel_state",
+    "cache_controller": Module("sglang.srt.managers.cache_controller", "HiCacheController"),
+    "memory_pool_host": Module("sglang.srt.mem_cache.memory_pool_host", "HostKVCache"),
+    "memory_pool": Module("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool"),
+    "allocator": Module("sglang.srt.mem_cache.allocator", "PagedTokenToKVPoolAllocator"),
+    "base_prefix_cache": Module("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache"),
+    "radix_cache": Module("sglang.srt.mem_cache.radix_cache", "RadixCache"),
+    "hicache_storage": Module("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage"),
+    "server_args": Module("sglang.srt.server_args", "ServerArgs"),
+    "parallel_state": Module("sglang.srt.distributed.parallel_state", "GroupCoordinator"),
 }
 OPTIONAL_MODULES = {
     "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
     "poll_timer": "sglang.srt.utils.poll_timer",  # 0.5.23's prefetch wait timer; 0.5.22 reads time.monotonic instead
+    "cache_init_params": "sglang.srt.mem_cache.cache_init_params",  # older trees take the cache's parts as arguments
 }
+# Packages the CPU environment cannot install, each served by a stand-in where a tree imports it unconditionally.
+STAND_INS = {stand_in.PACKAGE: stand_in for stand_in in (shims.SglKernelStandIn,)}
 # Modules whose `time.monotonic` is the harness's clock (the injected-clock shim).
 CLOCKED = ("hiradix_cache", "cache_controller", "hybrid_cache_controller", "hi_mamba_radix_cache", "unified_radix_cache")
+# Modules whose own code may create CUDA streams and events (older trees' controllers): the cpu-streams shim.
+STREAM_MODULES = ("cache_controller", "hybrid_cache_controller", "hiradix_cache", "memory_pool_host")
 # Modules whose `time.perf_counter` is the harness's clock: the 0.5.2x prefetch wait timer.
 PERF_CLOCKED = ("poll_timer",)
 # Host-pool modules whose page-first copies are plain index copies too (the page-first-direct-copy shim): 0.5.2x's, and
@@ -86,7 +95,7 @@ class LiveImportError(ConfigError):
 
 
 def load(tree: SglangTree) -> Runtime:
-    """Import `tree` (once per process) with the shims applied."""
+    """Import `tree` (once per process) with the shims applied; a layout whose own modules do not import is refused."""
     global _RUNTIME
     if _RUNTIME is not None:
         if _RUNTIME.tree.import_root != tree.import_root:
@@ -98,40 +107,130 @@ def load(tree: SglangTree) -> Runtime:
     stand_in = shims.install_torchvision_stand_in()
     sys.path.insert(0, str(tree.import_root))
     os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "")  # each cache names its own directory
-    modules: dict[str, types.ModuleType] = {}
-    wanted: dict[str, str] = {}
     layouts = [BY_KEY[key] for key in tree.layouts]
-    for layout in layouts:  # the layout's own modules first: a tree that cannot import them is named by them
-        wanted.update(layout.modules)
-    wanted.update(MODULES)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # import-time notices about CUDA-only quantization kernels
-        for short, name in {**wanted, **OPTIONAL_MODULES}.items():
-            try:
-                modules[short] = importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if short in OPTIONAL_MODULES and short not in wanted and exc.name and exc.name.startswith("sglang"):
-                    continue  # an older tree without that module
-                raise LiveImportError(name, tree, exc) from None
-            except Exception as exc:
-                raise LiveImportError(name, tree, exc) from None
-    first = next(iter(layouts[0].modules))
-    imported_from = Path(modules[first].__file__).resolve()
-    if tree.package.resolve() not in imported_from.parents:
-        raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
+    notes: list[str] = []
+    while True:
+        try:
+            modules, refused = _import_all(tree, layouts, notes)
+            break
+        except ModuleNotFoundError as exc:  # a package only a stand-in can serve: install it, import the tree afresh
+            notes.append(_stand_in_for(exc, tree))
+            for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+                del sys.modules[name]
+    running = [layout for layout in layouts if layout.key not in refused]
+    if running:
+        imported_from = Path(modules[next(iter(running[0].modules))].__file__).resolve()
+        if tree.package.resolve() not in imported_from.parents:
+            raise ConfigError(OPTION, tree.given, f"a tree that is not shadowed (sglang was imported from {imported_from})")
     logging.getLogger("sglang").setLevel(logging.ERROR)
-    direct_copy = apply_shims(modules, layouts)
+    direct_copy = apply_shims(modules, running, refused, notes)
     shims.install_prompt_reset(modules["cache_controller"])
     clock = shims.InjectedTime()
     shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
                        perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])
-    _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs)
+    _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs, refused=refused, notes=notes,
+                       host_pool_adds_a_page=_adds_a_page(modules["memory_pool_host"]))
     os.environ[PRELOAD_ENV] = tree.given
     return _RUNTIME
 
 
-def apply_shims(modules: dict[str, types.ModuleType], layouts: list[Layout]) -> shims.DirectCopy:
-    """The host-pool shims, on the host-pool modules of the layouts run (the fork's memory_pool_host, or 0.5.2x's pool_host package)."""
+def current() -> Runtime | None:
+    """The runtime this process imported, if any."""
+    return _RUNTIME
+
+
+def _adds_a_page(memory_pool_host: types.ModuleType) -> bool:
+    """Whether HostKVCache.__init__ sizes the pool one page past int(device * ratio) (`... // self.page_size + 1`)."""
+    cls = getattr(memory_pool_host, "HostKVCache", None)
+    try:
+        source = inspect.getsource(cls.__init__) if cls is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    return "self.size - (self.size % self.page_size)" not in source
+
+
+def refused(tree: SglangTree) -> dict[str, str]:
+    """The layouts of `tree` the imported runtime refuses (none before it is imported, or for another tree)."""
+    if _RUNTIME is None or _RUNTIME.tree.import_root != tree.import_root:
+        return {}
+    return dict(_RUNTIME.refused)
+
+
+def notes(tree: SglangTree) -> list[str]:
+    """What the imported runtime stands in or found elsewhere in `tree`, each with its evidence."""
+    if _RUNTIME is None or _RUNTIME.tree.import_root != tree.import_root:
+        return []
+    return list(_RUNTIME.notes)
+
+
+def _import_all(tree: SglangTree, layouts: list[Layout], notes: list[str]) -> tuple[dict[str, types.ModuleType], dict[str, str]]:
+    """The shared modules (a failure refuses the tree) and each layout's own (a failure refuses that layout)."""
+    modules: dict[str, types.ModuleType] = {}
+    refused: dict[str, str] = {}
+    failures: dict[str, LiveImportError] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # import-time notices about CUDA-only quantization kernels
+        for layout in layouts:  # the layout's own modules first: a tree that cannot import them is named by them
+            for short, entry in layout.modules.items():
+                if short in modules:
+                    continue
+                try:
+                    modules[short] = _import(tree, entry, notes)
+                except Exception as exc:
+                    if isinstance(exc, ModuleNotFoundError) and _stand_in_needed(exc):
+                        raise
+                    failures[layout.key] = LiveImportError(_dotted(entry), tree, exc)
+                    break
+        if layouts and len(failures) == len(layouts):  # no layout imports: the tree does not, named by its first layout
+            raise next(iter(failures.values()))
+        refused.update((key, str(error)) for key, error in failures.items())
+        for short, entry in {**MODULES, **OPTIONAL_MODULES}.items():
+            try:
+                modules[short] = _import(tree, entry, notes)
+            except ModuleNotFoundError as exc:
+                if _stand_in_needed(exc):
+                    raise
+                if short in OPTIONAL_MODULES and exc.name and exc.name.startswith("sglang"):
+                    continue  # an older or newer tree without that module
+                raise LiveImportError(_dotted(entry), tree, exc) from None
+            except Exception as exc:
+                raise LiveImportError(_dotted(entry), tree, exc) from None
+    return modules, refused
+
+
+def _dotted(entry: "str | Module") -> str:
+    return entry if isinstance(entry, str) else entry.dotted
+
+
+def _import(tree: SglangTree, entry: "str | Module", notes: list[str]) -> types.ModuleType:
+    located = locate_module(tree.package, entry)
+    module = importlib.import_module(located.dotted)
+    if located.evidence is not None and located.evidence not in notes:
+        notes.append(located.evidence)
+    return module
+
+
+def _stand_in_needed(exc: ModuleNotFoundError) -> bool:
+    return (exc.name or "").partition(".")[0] in STAND_INS and not any(isinstance(f, STAND_INS[exc.name.partition(".")[0]]) for f in sys.meta_path)
+
+
+def _stand_in_for(exc: ModuleNotFoundError, tree: SglangTree) -> str:
+    """Install the stand-in of the package `exc` names (or re-raise it as the tree's import error), with its evidence."""
+    package = (exc.name or "").partition(".")[0]
+    if not _stand_in_needed(exc):
+        raise LiveImportError("sglang", tree, exc) from None
+    stand_in = STAND_INS[package]
+    stand_in.install()
+    importer = next((f for f in reversed(traceback.extract_tb(exc.__traceback__)) if str(tree.package) in f.filename), None)
+    where = f" (first at sglang/{Path(importer.filename).relative_to(tree.package)}:{importer.lineno}: `{(importer.line or '').strip()}`)" if importer else ""
+    return (f"{stand_in.SHIM}: {package} is not installed here{where}; it stands in for the names the tree imports, each "
+            f"raising if called, and a layout whose driven copy would call one is refused")
+
+
+def apply_shims(modules: dict[str, types.ModuleType], layouts: list[Layout], refused: dict[str, str], notes: list[str]) -> shims.DirectCopy:
+    """The host-pool shims, on the host-pool modules of the layouts run (the fork's memory_pool_host, or 0.5.2x's pool_host
+    package); CUDA streams read from torch.cpu where a module creates them itself; a layout whose direct copies still call
+    a stand-in is refused."""
     names = dict.fromkeys(name for layout in layouts for name in layout.host_pool_modules)
     direct_copy = shims.DirectCopy()
     for name in names:
@@ -142,6 +241,16 @@ def apply_shims(modules: dict[str, types.ModuleType], layouts: list[Layout]) -> 
         direct_copy = shims.install_direct_copy(module, direct_copy)
         if name in PAGE_FIRST_COPY_MODULES:
             shims.install_page_first_direct_copy(module)
+        calls = shims.stand_ins_on_direct_path(module)
+        for layout in layouts:
+            if calls and name in layout.host_pool_modules:
+                refused[layout.key] = (f"{OPTION}: the direct IO backend's copies call a stand-in of a GPU-only kernel "
+                                       f"({'; '.join(calls)}): no CPU path to drive")
+    for name in STREAM_MODULES:
+        module = modules.get(name)
+        where = shims.install_cpu_streams(module) if module is not None else None
+        if where is not None:
+            notes.append(f"cpu-streams: {where}: its CUDA streams and events are torch.cpu's (work on CPU is done when issued)")
     return direct_copy
 
 

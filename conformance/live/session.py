@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from conformance.adapter import CacheEnv, Loaded
-from conformance.live import configuration, probes, shims
+from conformance.live import calls, configuration, probes, shims
 from conformance.live.runtime import Runtime, ensure_process_group
 from conformance.live.scheduler import Drive
 from conformance.live.sidecar import Sidecar
@@ -87,7 +87,9 @@ class LiveSession:
         """Join upstream's process group and set its server args as a user would: (TP cpu group, ServerArgs)."""
         group = ensure_process_group(self.runtime, self.env.rank, self.env.world_size)
         args = configuration.server_args_without_model(self.runtime, self.env, host_ratio, self.mem_layout())
-        self.runtime.modules["server_args"].set_global_server_args_for_scheduler(args)
+        publish = getattr(self.runtime.modules["server_args"], "set_global_server_args_for_scheduler", None)
+        if publish is not None:  # older trees hand the cache its settings as arguments instead
+            publish(args)
         return group, args
 
     def mem_layout(self) -> str:
@@ -110,10 +112,10 @@ class LiveSession:
     # --- requests ----------------------------------------------------------------------------------
 
     def radix_key(self, tokens: Sequence[int]) -> Any:
-        return self.runtime.modules["radix_cache"].RadixKey(list(tokens))
+        return calls.radix_key(self.runtime, tokens)
 
     def _node_hit(self, tokens: Sequence[int]) -> Any:
-        return self.cache.match_prefix(self.runtime.modules["base_prefix_cache"].MatchPrefixParams(key=self.radix_key(tokens)))
+        return calls.match(self.runtime, self.cache, tokens)
 
     def storage_file_name(self, key: str) -> str:
         return f"{self.backend._get_suffixed_key(key)}.bin"
@@ -122,17 +124,17 @@ class LiveSession:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         slots = self.allocator.alloc(tokens)
         if slots is None:
-            self.cache.evict(self.runtime.modules["base_prefix_cache"].EvictParams(num_tokens=tokens))
+            calls.evict(self.runtime, self.cache, tokens)
             slots = self.allocator.alloc(tokens)
         if slots is None:
             raise AssertionError(f"sglang-live: no device room for {tokens} tokens after eviction")
         return slots
 
-    def _evict_params(self) -> Any:
-        fields: dict[str, Any] = {"num_tokens": 1 << 30}
+    def _evict_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
         for sidecar in self.sidecars:
             fields.update(sidecar.evict_fields())
-        return self.runtime.modules["base_prefix_cache"].EvictParams(**fields)
+        return fields
 
     def _tap_backup_acks(self) -> None:
         queue = self.cc.ack_backup_queue
@@ -158,10 +160,9 @@ class LiveSession:
         self.kv.write(slots, data[KV][:aligned])
         for sidecar in self.sidecars:
             sidecar.stage(slots, {name: rows[:aligned] for name, rows in data.items()})
-        m = self.runtime.modules
-        result = self.cache.insert(m["base_prefix_cache"].InsertParams(key=self.radix_key(tokens[:aligned]), value=slots))
-        if result.prefix_len:
-            self.allocator.free(slots[: result.prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)
+        prefix_len = calls.insert(self.runtime, self.cache, tokens[:aligned], slots)
+        if prefix_len:
+            self.allocator.free(slots[:prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)
 
     def flush(self) -> None:
         """Every rank takes the same scheduler steps, until no rank has a backup pending (bounded)."""
@@ -185,7 +186,7 @@ class LiveSession:
     def evict_all(self) -> None:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         self.cache.check_hicache_events()
-        self.cache.evict(self._evict_params())
+        calls.evict(self.runtime, self.cache, 1 << 30, **self._evict_fields())
         self.cache.evict_host(1 << 30)
         for sidecar in self.sidecars:
             sidecar.evict_host()
@@ -218,7 +219,7 @@ class LiveSession:
             self.cache.check_hicache_events()
             for request_id in request_ids:
                 if self.cache.check_prefetch_progress(request_id):
-                    self.cache.pop_prefetch_loaded_tokens(request_id)
+                    calls.pop_loaded_tokens(self.cache, request_id)
                     commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id and e.step == step]
                     finished[request_id] = int(commits[-1].value) if commits else 0
         return finished
@@ -226,7 +227,7 @@ class LiveSession:
     def abort(self, request_id: str) -> None:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         with self.taps.scheduling(op=request_id, phase="abort"):
-            self.cache.release_aborted_request(request_id)
+            calls.release_aborted(self.cache, request_id)
 
     def load_back(self, tokens: Sequence[int]) -> Loaded:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
@@ -251,7 +252,7 @@ class LiveSession:
 
     def _load_host_part(self, m: Any) -> None:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
-        nodes, node = [], m.best_match_node
+        nodes, node = [], calls.best_match_node(m)
         while node.evicted:
             nodes.insert(0, node)
             node = node.parent
@@ -262,8 +263,7 @@ class LiveSession:
         for sidecar in self.sidecars:
             if not sidecar.rides_kv_slots:
                 sidecar.record_load_back(m, pages)
-        params = self.runtime.modules["base_prefix_cache"].InitLoadBackParams(best_match_node=m.best_match_node, host_hit_length=int(m.host_hit_length))
-        loaded, _ = self.cache.init_load_back(params)
+        loaded = calls.init_load_back(self.runtime, self.cache, m)
         if len(loaded) and keys:
             self.env.trace.record(EventKind.LOAD_BACK, pool=KV, slots=[slot for slot, _ in pages], keys=keys, digests=digests)
             for sidecar in self.sidecars:
@@ -319,7 +319,7 @@ class LiveSession:
 
     def shutdown(self) -> None:
         """Upstream's own detach: stops and joins its storage threads."""
-        self.cache.shutdown()
+        calls.shutdown(self.cache, self.env.wait_timeout_s)
 
     def _settle_before_shutdown(self) -> None:
         """One rank: let every started prefetch's IO end (bounded), then one scheduler step drains what it released.

@@ -9,17 +9,24 @@ changes a decision or a free rule of the code under test.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import re
 import sys
 import threading
 import time
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+import torch
+
+from conformance.errors import ConformanceError
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,13 @@ class Shim:
 SHIMS = (
     Shim("torchvision-stand-in", "the torchvision package (imported unconditionally by sglang.srt.utils.common and by transformers)",
          "torchvision's wheels link against CUDA torch and do not load against a CPU torch; every name in the stand-in raises if called, and the cache never calls one"),
+    Shim("sgl-kernel-stand-in", "the sgl_kernel package, where a tree imports it unconditionally (host pools before 2026: `from sgl_kernel.kvcacheio import ...`)",
+         "SGLang's CUDA kernels have no CPU wheel; every name raises if called; the direct IO backend's copies are the direct-copy shim's, "
+         "and a layout whose direct copies would still call a stand-in is refused with the line that calls it"),
+    Shim("cpu-streams", "torch.cuda.Stream, Event, stream, current_stream, set_stream and synchronize as read by a controller that makes "
+                        "its own CUDA streams (before 2025-11; later trees read torch.get_device_module(), torch.cpu on CPU)",
+         "a CPU build of torch cannot create a CUDA stream; torch.cpu's streams and events are what newer trees get on CPU, where work "
+         "is done when issued"),
     Shim("unpinned-host-pool", "pin_memory=True of HostKVCache.__init__ and of every host pool with an __init__ of its own (MambaPoolHost; in 0.5.2x the pools of pool_host.mha and pool_host.mamba)",
          "pinned memory needs a CUDA allocator; on CPU a plain tensor is the same memory"),
     Shim("direct-copy", "transfer_kv_direct of memory_pool_host (0.5.2x: of pool_host.mha and pool_host.mamba), an sgl_kernel import skipped without CUDA",
@@ -40,7 +54,7 @@ SHIMS = (
          "the 'direct' IO backend's copies between page-first host pages and layer-first device rows, written as plain index copies; 0.5.2x's mamba host pool has no layer-first layout"),
     Shim("injected-clock", "time.monotonic as read by hiradix_cache, hi_mamba_radix_cache, unified_radix_cache, cache_controller and hybrid_cache_controller; time.perf_counter as read by utils.poll_timer (0.5.23's prefetch wait timer; 0.5.22 times the wait from start_time with time.monotonic)",
          "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
-    Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream)",
+    Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream); before 2026-06, the controller's storage_batch_size",
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
     Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size); 0.5.2x resolves through its own no-model path (model 'dummy') and needs only the chunk size",
          "it loads the model's config.json from the hub; the caches read only the hicache_* fields, which are set as a user sets them"),
@@ -53,76 +67,210 @@ SHIMS = (
 )
 
 
-# --- torchvision-stand-in ---------------------------------------------------------
+# --- torchvision-stand-in, sgl-kernel-stand-in ------------------------------------------
+
+class StandInCalled(ConformanceError, RuntimeError):
+    """A name of a stand-in package was called: the path that called it needs the real package."""
+
 
 class _Unavailable:
-    """Any torchvision name: raises when called, yields more of itself on attribute access."""
+    """Any name of a stand-in package: raises when called, yields more of itself on attribute access."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, why: str) -> None:
         self._name = name
+        self._why = why
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{self._name}: torchvision is not available here (the torchvision-stand-in shim of conformance/live/shims.py)")
+        raise StandInCalled(f"{self._name}: {self._why}")
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return _Unavailable(f"{self._name}.{attr}")
+        return _Unavailable(f"{self._name}.{attr}", self._why)
 
-    def __mro_entries__(self, bases: tuple) -> tuple:  # `class X(torchvision.Y)` at import time
+    def __mro_entries__(self, bases: tuple) -> tuple:  # `class X(package.Y)` at import time
         return (object,)
 
 
-class TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves `torchvision` and every `torchvision.*` module as a stand-in."""
+def is_stand_in(value: Any) -> bool:
+    return isinstance(value, _Unavailable)
 
-    VERSION = "0.28.0"  # the release paired with torch 2.13; transformers reads it to decide what to import
+
+class PackageStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a package and every module under it as a stand-in whose names raise when called."""
+
+    PACKAGE = ""
+    SHIM = ""
+    VERSION: str | None = None
+
+    def why(self) -> str:
+        return f"{self.PACKAGE} is not available here (the {self.SHIM} shim of conformance/live/shims.py)"
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname == "torchvision" or fullname.startswith("torchvision."):
+        if fullname == self.PACKAGE or fullname.startswith(self.PACKAGE + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name)
         module.__path__ = []
+        why = self.why()
 
         def missing(attr: str, _module: str = spec.name) -> Any:
             if attr.startswith("__"):
                 raise AttributeError(attr)
-            return _Unavailable(f"{_module}.{attr}")
+            return _Unavailable(f"{_module}.{attr}", why)
 
         module.__getattr__ = missing  # type: ignore[attr-defined]
-        if spec.name == "torchvision":
+        if spec.name == self.PACKAGE and self.VERSION is not None:
             module.__version__ = self.VERSION  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
         return None
 
+    @classmethod
+    def real_package_loads(cls) -> bool:
+        """True when the real package imports here (then no stand-in is installed)."""
+        if any(isinstance(f, cls) for f in sys.meta_path):
+            return False
+        if importlib.util.find_spec(cls.PACKAGE) is None:
+            return False
+        try:
+            importlib.import_module(cls.PACKAGE)
+            return True
+        except Exception:  # CUDA-linked wheels fail with RuntimeError or OSError
+            for name in [n for n in sys.modules if n == cls.PACKAGE or n.startswith(cls.PACKAGE + ".")]:
+                del sys.modules[name]
+            return False
 
-def torchvision_loads() -> bool:
-    """True when a real torchvision imports here (then no stand-in is installed)."""
-    if any(isinstance(f, TorchvisionStandIn) for f in sys.meta_path):
-        return False
-    if importlib.util.find_spec("torchvision") is None:
-        return False
-    try:
-        importlib.import_module("torchvision")
+    @classmethod
+    def install(cls) -> bool:
+        """Install the stand-in unless the real package loads; True when installed."""
+        if cls.real_package_loads():
+            return False
+        if not any(isinstance(f, cls) for f in sys.meta_path):
+            sys.meta_path.insert(0, cls())
         return True
-    except Exception:  # CUDA-linked wheels fail with RuntimeError or OSError
-        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-            del sys.modules[name]
-        return False
+
+
+class TorchvisionStandIn(PackageStandIn):
+    """`torchvision` and every `torchvision.*` module."""
+
+    PACKAGE = "torchvision"
+    SHIM = "torchvision-stand-in"
+    VERSION = "0.28.0"  # the release paired with torch 2.13; transformers reads it to decide what to import
+
+
+class SglKernelStandIn(PackageStandIn):
+    """`sgl_kernel` (SGLang's CUDA kernels, no CPU wheel): imported unconditionally by older trees' host pools."""
+
+    PACKAGE = "sgl_kernel"
+    SHIM = "sgl-kernel-stand-in"
+
+    def why(self) -> str:
+        return f"a GPU-only kernel of {self.PACKAGE}, which does not install without CUDA (the {self.SHIM} shim of conformance/live/shims.py)"
 
 
 def install_torchvision_stand_in() -> bool:
-    """Install the stand-in unless a real torchvision loads; True when installed."""
-    if torchvision_loads():
-        return False
-    if not any(isinstance(f, TorchvisionStandIn) for f in sys.meta_path):
-        sys.meta_path.insert(0, TorchvisionStandIn())
-    return True
+    return TorchvisionStandIn.install()
+
+
+def install_sgl_kernel_stand_in() -> bool:
+    return SglKernelStandIn.install()
+
+
+# --- cpu-streams ----------------------------------------------------------------------------
+
+CUDA_STREAM_CALLS = re.compile(r"\btorch\.cuda\.(Stream|Event|current_stream|stream|set_stream|synchronize)\(")
+
+
+class _CpuStream(torch.cpu.Stream):
+    """torch.cpu's stream, with the CUDA stream methods older trees call on it (work on CPU is done when issued)."""
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+class _CpuAsCuda:
+    """Stands in for `torch.cuda` inside one upstream module: streams and events as torch.cpu's (what
+    torch.get_device_module() gives newer trees on CPU); every other name is torch.cuda's own."""
+
+    Stream = _CpuStream
+    Event = torch.cpu.Event
+
+    @staticmethod
+    def current_stream(device: Any = None) -> _CpuStream:
+        return _CpuStream()
+
+    @staticmethod
+    def stream(stream: Any) -> Any:
+        return torch.cpu.stream(stream)
+
+    @staticmethod
+    def set_stream(stream: Any) -> None:
+        return None
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+class _TorchWithCpuStreams:
+    """Stands in for `torch` inside one upstream module: torch itself, but for `torch.cuda`."""
+
+    cuda = _CpuAsCuda()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def install_cpu_streams(module: types.ModuleType) -> str | None:
+    """Where the module's own code creates or enters CUDA streams and events (older trees' controllers), its `torch` reads
+    them from torch.cpu; returns the first such line as evidence (None: the module needs no shim)."""
+    if getattr(module, "torch", None) is not torch:
+        return None
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return None
+    found = CUDA_STREAM_CALLS.search(source)
+    if found is None:
+        return None
+    module.torch = _TorchWithCpuStreams()
+    line = source.count("\n", 0, found.start()) + 1
+    return f"{Path(module.__file__).name}:{line}: `{source.splitlines()[line - 1].strip()}`"
+
+
+# --- sgl-kernel-stand-in: copies on the driven path ---------------------------------------------
+
+def _is_direct_branch(test: ast.expr) -> bool:
+    """`io_backend == "direct"` (or self.io_backend): the branch the harness's direct IO backend takes."""
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and ((isinstance(test.left, ast.Name) and test.left.id == "io_backend")
+                 or (isinstance(test.left, ast.Attribute) and test.left.attr == "io_backend"))
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "direct")
+
+
+def stand_ins_on_direct_path(module: types.ModuleType) -> list[str]:
+    """Each call in the module's direct-IO-backend branches to a name still bound to a stand-in: 'file:line: name'."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return []
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and _is_direct_branch(node.test):
+            for inner in (n for statement in node.body for n in ast.walk(statement)):
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and is_stand_in(getattr(module, inner.func.id, None)):
+                    out.append(f"{Path(module.__file__).name}:{inner.lineno}: {inner.func.id}")
+    return list(dict.fromkeys(out))
 
 
 # --- unpinned-host-pool --------------------------------------------------------------
@@ -267,7 +415,21 @@ def inject_clock(modules: list[types.ModuleType], injected: InjectedTime, *, per
 # --- storage-batch-size ------------------------------------------------------------------
 
 def set_storage_batch_pages(cache_controller: types.ModuleType, pages: int) -> None:
+    """The module's STORAGE_BATCH_SIZE (2026-06 on); before it, each controller's storage_batch_size, set as it is built."""
     cache_controller.STORAGE_BATCH_SIZE = pages
+    cls = getattr(cache_controller, "HiCacheController", None)
+    if cls is None or getattr(cls.__init__, "_conformance_batch", False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if hasattr(self, "storage_batch_size"):
+            self.storage_batch_size = cache_controller.STORAGE_BATCH_SIZE
+
+    init._conformance_batch = True  # type: ignore[attr-defined]
+    cls.__init__ = init
 
 
 # --- prompt-reset -----------------------------------------------------------------------

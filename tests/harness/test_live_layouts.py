@@ -141,6 +141,9 @@ class HiRadixCache(RadixCache):
         def _drain_and_alloc_storage_hit():
             pass
 
+        for ack in _drain_queue(cc.ack_prefetch_queue, n_ack_prefetch):
+            pass
+
     def can_terminate_prefetch(self, operation):
         if self.prefetch_stop_policy == "best_effort":
             return True
@@ -233,3 +236,45 @@ def test_a_build_that_reads_the_sidecars_beside_each_kv_batch_declares_that_io_o
     assert evidence.io_order_of(locate(str(tmp_path)), BY_KEY[layout_key]) == (None, ()), "no such line: the default order"
     (fork,) = [a for a in adapters_for(tree) if a.layout_key == "HiRadixCache+dsa"]
     assert fork.io_order == "kv_then_extras", "the fork's build loads the indexer after all of KV"
+
+
+def test_a_hiradix_whose_drain_allocates_the_hit_without_progress_acks_runs_the_hit_drain_layout_as_the_same_row(tmp_path):
+    drain_tree(tmp_path)
+    hiradix = tmp_path / "sglang" / "srt" / "mem_cache" / "hiradix_cache.py"
+    hiradix.write_text(DRAIN_HIRADIX.replace("for ack in _drain_queue(cc.ack_prefetch_queue, n_ack_prefetch):", "for _ in ():"))
+    tree = locate(f"{tmp_path}@0.5.18")
+    assert tree.layouts == ("HiRadixCache/hit-drain",)
+    (adapter,) = adapters_for(tree)
+    assert adapter.name == "sglang-live:HiRadixCache@0.5.18", "the same row as the fork's and the ACK drain's"
+    assert "HiRadixCache/drain" not in tree.layouts
+
+
+def test_a_controller_copying_on_threads_of_its_own_refuses_the_forks_layout_in_one_line(tmp_path):
+    package = tmp_path / "sglang"
+    (package / "srt" / "mem_cache").mkdir(parents=True)
+    (package / "srt" / "managers").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "srt" / "mem_cache" / "hiradix_cache.py").write_text("class HiRadixCache(RadixCache):\n    pass\n")
+    controller = package / "srt" / "managers" / "cache_controller.py"
+    controller.write_text("class HiCacheController:\n    def write_thread_func_direct(self):\n        pass\n")
+    tree = locate(str(tmp_path))
+    assert tree.layouts == ()
+    assert any(line.startswith("HiRadixCache is in the tree but not in the fork's layout") and "write/load threads of its own" in line
+               for line in tree.unwired), tree.unwired
+    controller.write_text("class HiCacheController:\n    def start_writing(self):\n        pass\n")
+    assert locate(str(tmp_path)).layouts == ("HiRadixCache",)
+
+
+def test_a_mamba_host_pool_asserting_a_list_of_page_first_layouts_runs_the_direct_backends_one(tmp_path):
+    from conformance.live.evidence import host_layout_of
+    from conformance.live.layouts import BY_KEY
+
+    package = tmp_path / "sglang"
+    (package / "srt" / "mem_cache").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "srt" / "mem_cache" / "memory_pool_host.py").write_text(
+        "class MambaPoolHost(HostKVCache):\n    def __init__(self, device_pool, layout='layer_first'):\n"
+        "        assert layout in [\n            \"page_first\",\n            \"page_first_direct\",\n        ], layout\n")
+    layout, why = host_layout_of(locate(str(tmp_path)), BY_KEY["HiMambaRadixCache"])
+    assert layout == "page_first_direct"
+    assert why[0].startswith("sglang/srt/mem_cache/memory_pool_host.py:5: MambaPoolHost refuses every other host memory layout")

@@ -132,7 +132,7 @@ def fork_unified_package(root: Path, *, check_signature: str = FORK_UNIFIED, mam
     components.mkdir()
     (components / "full_component.py").write_text("class FullComponent:\n    pass\n")
     if swa:
-        (components / "swa_component.py").write_text("class SWAComponent:\n    pass\n")
+        (components / "swa_component.py").write_text("class SWAComponent:\n    def _attach_swa_host_value(self, node, host_value):\n        pass\n")
         assembler = package / "srt" / "mem_cache" / "hybrid_cache" / "hybrid_pool_assembler.py"
         assembler.parent.mkdir(parents=True, exist_ok=True)
         assembler.write_text((assembler.read_text() if assembler.is_file() else "") + "\n\nclass _SwaStrategy(StackStrategy):\n    pass\n")

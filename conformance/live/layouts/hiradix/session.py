@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from conformance.live.configuration import configure_through
+from conformance.live.construct import build_from_arguments
 from conformance.live.runtime import Runtime
 from conformance.live.session import LiveSession
 from conformance.live.tiers import mha_device_tier
@@ -30,9 +31,11 @@ class HiRadixSession(LiveSession):
     def build(self) -> Any:
         m = self.runtime.modules
         device_pool, self.allocator, req_pool, self.kv = mha_device_tier(self.runtime, self.env, self.device_pages)
-        params = m["cache_init_params"].CacheInitParams(
-            disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator,
-            page_size=self.env.page_size, tp_cache_group=self.group)
-        cache = m["hiradix_cache"].HiRadixCache(params, self.args)
+        parts = dict(req_to_token_pool=req_pool, token_to_kv_pool_allocator=self.allocator, page_size=self.env.page_size,
+                     tp_cache_group=self.group)
+        if "cache_init_params" not in m:  # a tree older than CacheInitParams: its parts and settings as arguments
+            cache = build_from_arguments(self.runtime.tree, m["hiradix_cache"].HiRadixCache, self.args, parts)
+        else:
+            cache = m["hiradix_cache"].HiRadixCache(m["cache_init_params"].CacheInitParams(disable=False, **parts), self.args)
         self.kv_host = cache.cache_controller.mem_pool_host
         return cache

@@ -10,7 +10,7 @@ clamped to the shortest hit over KV and its KV-derived sidecars. 0.5.19 names
 requests by id, 0.5.20 by CacheRequestHandle.
 """
 
-from conformance.live.layout import Layout, Mark
+from conformance.live.layout import Layout, Mark, Module
 
 DRAIN = Mark("srt/mem_cache/hiradix_cache.py", r"_drain_and_alloc_storage_hit", "ACK drain (_drain_and_alloc_storage_hit)")
 
@@ -21,11 +21,12 @@ LAYOUT = Layout(
     layout_name="the 0.5.19/0.5.20 layout",
     session="conformance.live.layouts.hiradix_drain.session:HiRadixDrainSession",
     modules={
-        "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
-        "runtime_context": "sglang.srt.runtime_context",
-        "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
+        "hiradix_cache": Module("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+        "runtime_context": Module("sglang.srt.runtime_context", "publish"),
+        "pool_host_mha": Module("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),
     },
     capabilities=frozenset({"multi_rank", "kv_formats"}),
-    marks=(DRAIN, Mark("srt/runtime_context.py", r"^def publish\b", "runtime context (publish)")),
+    marks=(DRAIN, Mark("srt/runtime_context.py", r"^def publish\b", "runtime context (publish)"),
+           Mark("srt/mem_cache/hiradix_cache.py", r"\back_prefetch_queue\b", "progress ACKs (ack_prefetch_queue)")),
     host_pool_modules=("pool_host_mha",),
 )

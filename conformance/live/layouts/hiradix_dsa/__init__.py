@@ -7,7 +7,7 @@ DSATokenToKVPool; that pool fixes the page size (its assert), so the build
 runs at the page size the tree's code demands.
 """
 
-from conformance.live.layout import IoOrderRule, Layout, Mark, PageSizeRule
+from conformance.live.layout import IoOrderRule, Layout, Mark, Module, PageSizeRule
 from conformance.live.layouts.hiradix import FORK_PREFETCH
 
 # What every DSA build of HiRadixCache is made of (the host indexer pool's module moved between releases).
@@ -26,8 +26,8 @@ LAYOUT = Layout(
     layout_name="the fork's DSA build",
     session="conformance.live.layouts.hiradix_dsa.session:HiRadixDsaSession",
     modules={
-        "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+        "hiradix_cache": Module("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+        "hybrid_cache_controller": Module("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller", "HybridCacheController"),
     },
     capabilities=frozenset({"multi_rank", "pool:indexer"}),
     default_extra_pools=("indexer",),

@@ -5,7 +5,7 @@ its own assembler), in the release line that reads the KV-derived indexer
 beside every KV batch and clamps each batch to the shorter of the two.
 """
 
-from conformance.live.layout import Layout, Mark
+from conformance.live.layout import Layout, Mark, Module
 from conformance.live.layouts.hiradix_drain import DRAIN
 from conformance.live.layouts.hiradix_dsa import DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, LAYOUT as FORK_DSA, SIDECAR_PER_KV_BATCH
 
@@ -16,11 +16,11 @@ LAYOUT = Layout(
     layout_name="the 0.5.19/0.5.20 DSA build",
     session="conformance.live.layouts.hiradix_dsa_drain.session:HiRadixDrainDsaSession",
     modules={
-        "hiradix_cache": "sglang.srt.mem_cache.hiradix_cache",
-        "runtime_context": "sglang.srt.runtime_context",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
-        "pool_host_mla": "sglang.srt.mem_cache.pool_host.mla",
-        "pool_host_dsa": "sglang.srt.mem_cache.pool_host.dsa",
+        "hiradix_cache": Module("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+        "runtime_context": Module("sglang.srt.runtime_context", "publish"),
+        "hybrid_cache_controller": Module("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller", "HybridCacheController"),
+        "pool_host_mla": Module("sglang.srt.mem_cache.pool_host.mla", "MLATokenToKVPoolHost"),
+        "pool_host_dsa": Module("sglang.srt.mem_cache.pool_host.dsa", "DSAIndexerPoolHost"),
     },
     capabilities=FORK_DSA.capabilities,
     default_extra_pools=FORK_DSA.default_extra_pools,

@@ -5,7 +5,7 @@ The fork's earlier UnifiedRadixCache has neither a tree core nor a runtime
 context: its own layout (layouts/unified_fork).
 """
 
-from conformance.live.layout import Layout, Mark
+from conformance.live.layout import Layout, Mark, Module
 
 # 0.5.22+: the drain allocates a hit through the controller (0.5.20/0.5.21 allocate it inline: layouts/unified_inline).
 ALLOCATE_STORAGE_HIT = Mark("srt/mem_cache/hybrid_cache/hybrid_cache_controller.py", r"def allocate_storage_hit\b",
@@ -18,15 +18,15 @@ LAYOUT = Layout(
     layout_name="the 0.5.22+ layout",
     session="conformance.live.layouts.unified.session:UnifiedSession",
     modules={
-        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
-        "runtime_context": "sglang.srt.runtime_context",
-        "components": "sglang.srt.mem_cache.unified_cache.components",
-        "pool_host_mha": "sglang.srt.mem_cache.pool_host.mha",
-        "pool_host_mamba": "sglang.srt.mem_cache.pool_host.mamba",
-        "mamba_utils": "sglang.srt.configs.mamba_utils",
-        "schedule_batch": "sglang.srt.managers.schedule_batch",
-        "sampling_params": "sglang.srt.sampling.sampling_params",
+        "unified_radix_cache": Module("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
+        "hybrid_cache_controller": Module("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller", "HybridCacheController"),
+        "runtime_context": Module("sglang.srt.runtime_context", "publish"),
+        "components": Module("sglang.srt.mem_cache.unified_cache.components", "ComponentType"),
+        "pool_host_mha": Module("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),
+        "pool_host_mamba": Module("sglang.srt.mem_cache.pool_host.mamba", "MambaPoolHost"),
+        "mamba_utils": Module("sglang.srt.configs.mamba_utils", "Mamba2CacheParams"),
+        "schedule_batch": Module("sglang.srt.managers.schedule_batch", "Req"),
+        "sampling_params": Module("sglang.srt.sampling.sampling_params", "SamplingParams"),
     },
     capabilities=frozenset({"multi_rank", "kv_formats"}),
     marks=(

@@ -7,7 +7,7 @@ INDEXER, indices and layout from KV) and registers the indexer as a sidecar
 pool, so its pages ride every KV transfer and every storage batch.
 """
 
-from conformance.live.layout import Layout, Mark, PageSizeRule
+from conformance.live.layout import Layout, Mark, Module, PageSizeRule
 from conformance.live.layouts.hiradix_dsa import DSA_POOL, SIDECAR_PER_KV_BATCH
 from conformance.live.layouts.unified import LAYOUT as UNIFIED
 
@@ -17,7 +17,7 @@ LAYOUT = Layout(
     module_file=UNIFIED.module_file,
     layout_name="the 0.5.22+ DSA build",
     session="conformance.live.layouts.unified_dsa.session:UnifiedDsaSession",
-    modules={**UNIFIED.modules, "pool_host_mla": "sglang.srt.mem_cache.pool_host.mla", "pool_host_dsa": "sglang.srt.mem_cache.pool_host.dsa"},
+    modules={**UNIFIED.modules, "pool_host_mla": Module("sglang.srt.mem_cache.pool_host.mla", "MLATokenToKVPoolHost"), "pool_host_dsa": Module("sglang.srt.mem_cache.pool_host.dsa", "DSAIndexerPoolHost")},
     capabilities=frozenset({"multi_rank", "pool:indexer"}),
     default_extra_pools=("indexer",),
     kv_rank_replicated=True,

@@ -9,7 +9,7 @@ queued, check_prefetch_progress(req_id) votes and commits, release_aborted_reque
 0.5.19+ replaced it with the tree-core layout (layouts/unified).
 """
 
-from conformance.live.layout import Layout, Mark
+from conformance.live.layout import Layout, Mark, Module
 
 COMPONENT_PACKAGE = Mark("srt/mem_cache/unified_cache_components/full_component.py", None,
                          "component package (unified_cache_components)")
@@ -23,11 +23,11 @@ LAYOUT = Layout(
     layout_name="the fork's layout",
     session="conformance.live.layouts.unified_fork.session:ForkUnifiedSession",
     modules={
-        "unified_radix_cache": "sglang.srt.mem_cache.unified_radix_cache",
-        "hybrid_cache_controller": "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
-        "tree_component": "sglang.srt.mem_cache.unified_cache_components.tree_component",
-        "schedule_batch": "sglang.srt.managers.schedule_batch",
-        "sampling_params": "sglang.srt.sampling.sampling_params",
+        "unified_radix_cache": Module("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
+        "hybrid_cache_controller": Module("sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller", "HybridCacheController"),
+        "tree_component": Module("sglang.srt.mem_cache.unified_cache_components.tree_component", "ComponentType"),
+        "schedule_batch": Module("sglang.srt.managers.schedule_batch", "Req"),
+        "sampling_params": Module("sglang.srt.sampling.sampling_params", "SamplingParams"),
     },
     capabilities=frozenset({"multi_rank", "kv_formats"}),
     marks=(COMPONENT_PACKAGE, FORK_UNIFIED_PREFETCH),

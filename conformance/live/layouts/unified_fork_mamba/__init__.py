@@ -8,6 +8,7 @@ KV and MambaPoolHost; the MAMBA component adds one trailing state per prefetch.
 
 from dataclasses import replace
 
+from conformance.live.layout import Module
 from conformance.live.layouts.hi_mamba import LAYOUT as HI_MAMBA
 from conformance.live.layouts.unified_fork import LAYOUT as FORK_UNIFIED
 from conformance.live.layouts.unified_mamba import MAMBA_STRATEGY
@@ -17,7 +18,7 @@ LAYOUT = replace(
     key="UnifiedRadixCache+mamba/fork",
     layout_name="the fork's mamba build",
     session="conformance.live.layouts.unified_fork_mamba.session:ForkUnifiedMambaSession",
-    modules={**FORK_UNIFIED.modules, "mamba_utils": "sglang.srt.configs.mamba_utils"},
+    modules={**FORK_UNIFIED.modules, "mamba_utils": Module("sglang.srt.configs.mamba_utils", "Mamba2CacheParams")},
     capabilities=frozenset({"multi_rank", "pool:mamba", "kv_formats"}),
     default_extra_pools=("mamba",),
     marks=(*FORK_UNIFIED.marks, MAMBA_STRATEGY),

@@ -11,13 +11,13 @@ at all: the harness's TRAILING_WINDOW pool.
 
 from dataclasses import replace
 
-from conformance.live.layout import Mark
+from conformance.live.layout import Mark, Module
 from conformance.live.layouts.unified_fork import LAYOUT as FORK_UNIFIED
 
 SWA_STRATEGY = Mark("srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", r"^class _SwaStrategy\b", "SWA strategy in the unified assembler")
 SWA_MODULES = {
-    "swa_memory_pool": "sglang.srt.mem_cache.swa_memory_pool",
-    "swa_allocator": "sglang.srt.mem_cache.allocator.swa",
+    "swa_memory_pool": Module("sglang.srt.mem_cache.swa_memory_pool", "SWAKVPool"),
+    "swa_allocator": Module("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"),
 }
 
 LAYOUT = replace(
@@ -29,5 +29,8 @@ LAYOUT = replace(
     capabilities=frozenset({"multi_rank", "pool:swa", "kv_formats"}),
     default_extra_pools=("swa",),
     marks=(*FORK_UNIFIED.marks, SWA_STRATEGY,
-           Mark("srt/mem_cache/unified_cache_components/swa_component.py", None, "SWA component")),
+           Mark("srt/mem_cache/unified_cache_components/swa_component.py", None, "SWA component"),
+           # Where a prefetched window's host slots join the tree (the storage tier of the window, 2026-06 on).
+           Mark("srt/mem_cache/unified_cache_components/swa_component.py", r"def _attach_swa_host_value\b",
+                "storage prefetch of the window (_attach_swa_host_value)")),
 )
