@@ -20,9 +20,13 @@ if TYPE_CHECKING:  # importing this module stays light: a harness process that o
 
 # Small elements keep the suite fast; shapes and dtypes still differ per pool.
 KV_ELEM = (2, 4)
-# CacheEnv.kv_format -> (dtype, KV element shape): another configuration's pages, differing in one respect only.
+# CacheEnv.kv_format -> (KV dtype, KV element shape, model): another configuration's pages, differing in one respect only.
+# The dtype is the KV pool's alone (a server's KV cache dtype); the other pools keep theirs.
 # 'layout': a token's 8 values as 4 x 2 instead of 2 x 4, the same bytes per page in another order.
-KV_FORMATS = {"default": ("float32", KV_ELEM), "dtype": ("bfloat16", KV_ELEM), "layout": ("float32", (4, 2))}
+# 'dtype_same_width': float16, as wide as 'dtype''s bfloat16. 'model': the same format, another model's.
+KV_FORMATS = {"default": ("float32", KV_ELEM, "unnamed"), "dtype": ("bfloat16", KV_ELEM, "unnamed"),
+              "dtype_same_width": ("float16", KV_ELEM, "unnamed"), "layout": ("float32", (4, 2), "unnamed"),
+              "model": ("float32", KV_ELEM, "another-model")}
 INDEXER_ELEM = (3,)
 STATE_ELEM = (6,)
 SWA_ELEM = (2, 3)
@@ -39,10 +43,11 @@ def config_for(env: Any) -> CacheConfig:
     from caches.config import CacheConfig
 
     t = env.termination
-    dtype, kv_elem = KV_FORMATS[getattr(env, "kv_format", "default")]
+    kv_dtype, kv_elem, model = KV_FORMATS[getattr(env, "kv_format", "default")]
     return CacheConfig(
+        model_name=model,
         page_size=t.page_size,
-        dtype=dtype,
+        kv_dtype=kv_dtype,
         device=env.device,
         device_pages=env.device_pages,
         host_pages=env.host_pages,
@@ -107,6 +112,7 @@ class CacheSession:
         m = self.cache.match_prefix(tokens)
         if m.needs_load_back:  # KV, or a sliding window under device KV, on the host only (F10)
             self.cache.load_back(m.host_node)
+            self.cache.copies.wait()  # a copy that failed takes its path off the device again: read what is left
             m = self.cache.match_prefix(tokens)
         data = self.cache.read_device(m.device_slots, state_node=m.device_node)
         return LoadedPrefix(tokens=m.device_hit_tokens, data=data)
@@ -180,29 +186,32 @@ class BuiltinAdapter:
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "hold_points"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points"})
+
+
+_KV_ALONE = frozenset({"no_extra_pools"})  # every built-in cache but hi_mamba_radix (its mamba state is required)
 
 
 def hiradix() -> BuiltinAdapter:
-    return BuiltinAdapter("hiradix", ("indexer",), _COMMON | {"pool:indexer"})
+    return BuiltinAdapter("hiradix", ("indexer",), _COMMON | _KV_ALONE | {"pool:indexer"})
 
 
 def unified_radix() -> BuiltinAdapter:
-    return BuiltinAdapter("unified_radix", ("indexer", "mamba"), _COMMON | {"pool:indexer", "pool:mamba"})
+    return BuiltinAdapter("unified_radix", ("indexer", "mamba"), _COMMON | _KV_ALONE | {"pool:indexer", "pool:mamba"})
 
 
 # unified_radix in the component mixes of upstream's hybrid models: full attention with a sliding window
 # (Gemma- and GPT-OSS-style interleaved layers), with mamba, and with an indexer and a sliding window.
 def unified_radix_swa() -> BuiltinAdapter:
-    return BuiltinAdapter("unified_radix_swa", ("swa",), _COMMON | {"pool:swa"}, cache="unified_radix")
+    return BuiltinAdapter("unified_radix_swa", ("swa",), _COMMON | _KV_ALONE | {"pool:swa"}, cache="unified_radix")
 
 
 def unified_radix_mamba() -> BuiltinAdapter:
-    return BuiltinAdapter("unified_radix_mamba", ("mamba",), _COMMON | {"pool:mamba"}, cache="unified_radix")
+    return BuiltinAdapter("unified_radix_mamba", ("mamba",), _COMMON | _KV_ALONE | {"pool:mamba"}, cache="unified_radix")
 
 
 def unified_radix_indexer_swa() -> BuiltinAdapter:
-    return BuiltinAdapter("unified_radix_indexer_swa", ("indexer", "swa"), _COMMON | {"pool:indexer", "pool:swa"}, cache="unified_radix")
+    return BuiltinAdapter("unified_radix_indexer_swa", ("indexer", "swa"), _COMMON | _KV_ALONE | {"pool:indexer", "pool:swa"}, cache="unified_radix")
 
 
 def hi_mamba_radix() -> BuiltinAdapter:

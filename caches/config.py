@@ -44,6 +44,8 @@ class CacheConfig:
     swa_device_pages: int = 32
     swa_host_pages: int = 64
     dtype: str = "float32"
+    # The KV pool's own dtype (a server's KV cache dtype), when it differs from `dtype`; None: `dtype`.
+    kv_dtype: str | None = None
     extra_pools: tuple[str, ...] = ()
     write_policy: str = "write_through"
     prefetch_policy: str = "best_effort"
@@ -77,6 +79,8 @@ class CacheConfig:
         for name in ("kv_elem_shape", "indexer_elem_shape", "state_elem_shape", "swa_elem_shape"):
             object.__setattr__(self, name, _shape(name, getattr(self, name)))
         _one_of("dtype", self.dtype, tuple(DTYPES))
+        if self.kv_dtype is not None:
+            _one_of("kv_dtype", self.kv_dtype, tuple(DTYPES))
         _one_of("write_policy", self.write_policy, WRITE_POLICIES)
         _one_of("storage_backend", self.storage_backend, STORAGE_BACKENDS)
         object.__setattr__(self, "extra_pools", _extra_pools(self.extra_pools))
@@ -103,6 +107,10 @@ class CacheConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def torch_kv_dtype(self) -> torch.dtype:
+        return DTYPES[self.kv_dtype or self.dtype]
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "CacheConfig":

@@ -49,8 +49,10 @@ CAPABILITIES = {
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
     "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
-    "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype')",
+    "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype'), and one whose KV dtype is another of the same width as that one's ('dtype_same_width')",
+    "model_names": "builds a cache for another model whose pages have its default's format (env.kv_format 'model')",
     "host_layouts": "builds a cache whose KV pages hold the same bytes as its default's in another order (env.kv_format 'layout': another host memory layout)",
+    "no_extra_pools": "runs with no extra pool when env.extra_pools is empty: KV alone",
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 
@@ -75,7 +77,11 @@ def adapter_page_size(adapter: Any) -> int:
 # CacheEnv.kv_format values: the page format a cache stores, relative to the adapter's default.
 KV_FORMATS = {
     "default": "the adapter's own format",
-    "dtype": "the same per-token layout, another dtype",
+    "dtype": "the same per-token layout, another KV dtype",
+    # fp16 and bf16 (or the two fp8 kinds): pages of the same length, so only the dtype's name tells them apart.
+    "dtype_same_width": "another KV dtype of the same width as 'dtype''s (its writer stores 'dtype')",
+    # Two models of one architecture: their pages have one format, and only the model's name tells them apart.
+    "model": "the adapter's own format, another model's pages",
     # A deployment switches it with one flag: upstream's --hicache-mem-layout (layer_first, page_first) stores a page's
     # bytes in another order; the same bytes per page, so nothing but the format's name tells the two apart.
     "layout": "the same dtype and bytes per page, stored in another order (another host memory layout)",

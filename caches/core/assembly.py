@@ -66,7 +66,7 @@ def check_extra_pools(name: str, supported: frozenset[str], required: frozenset[
 
 def build_pools(config: CacheConfig, device: torch.device) -> CachePools:
     dtype = config.torch_dtype
-    specs = [PoolSpec.kv(config.kv_elem_shape, dtype)]
+    specs = [PoolSpec.kv(config.kv_elem_shape, config.torch_kv_dtype)]
     if "indexer" in config.extra_pools:
         specs.append(PoolSpec.indexer(config.indexer_elem_shape, dtype))
     if "mamba" in config.extra_pools:

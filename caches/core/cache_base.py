@@ -76,6 +76,7 @@ class HierarchicalCache:
     # Which of several process groups the collectives run on (spec/groups.py, X2): upstream's attention rule.
     vote_group_rule: ClassVar[str] = ATTENTION_RULE
     controller_class: ClassVar[type[StorageController]] = StorageController
+    copies_class: ClassVar[type[CopyTracker]] = CopyTracker  # a variant's copy tracker (which copies keep a slot busy: F9)
 
     def __init__(
         self,
@@ -122,7 +123,7 @@ class HierarchicalCache:
         # or observe a pending copy: they run at once in the caller, which is one of
         # the orders the stream allows and saves two thread hand-offs per copy.
         self.copy_engine = CopyEngine(self.device, cpu_stream=self.trace.enabled)
-        self.copies = CopyTracker(self.copy_engine, self.trace, self.slots.release, config.wait_timeout_s, units=self.slots.units())
+        self.copies = self.copies_class(self.copy_engine, self.trace, self.slots.release, config.wait_timeout_s, units=self.slots.units())
         self.tree = RadixTree(self.page_size, on_split=self._on_split, device=self.device)
         self.hooks = self.make_hooks()
 

@@ -10,16 +10,22 @@ naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """
 
+from caches.variants.anchor_pin_released_early import anchor_pin_released_early
 from caches.variants.degraded_key_kept import degraded_key_kept
 from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
+from caches.variants.free_ignores_load_backs import free_ignores_load_backs
 from caches.variants.guard_after_reduce import guard_after_reduce
 from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
+from caches.variants.namespace_dtype_by_width import namespace_dtype_by_width
 from caches.variants.namespace_ignores_layout import namespace_ignores_layout
 from caches.variants.payload_drops_terminated import payload_drops_terminated
+from caches.variants.snapshot_before_mark import snapshot_before_mark
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
+from caches.variants.vote_reads_live_progress import vote_reads_live_progress
 from caches.variants.window_agreed_locally import window_agreed_locally
+from caches.variants.window_counts_leading_pages import window_counts_leading_pages
 from caches.variants.window_unchecked import window_unchecked
 
 # variant factory name -> clauses the conformance suite must report as failed
@@ -39,8 +45,10 @@ EXPECTED_FAILURES = {
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
-ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked", "namespace_ignores_layout"})
+ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unchecked", "namespace_ignores_layout", "namespace_dtype_by_width"})
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
-           "namespace_ignores_layout", "degraded_key_kept", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "namespace_ignores_layout", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
+           "free_ignores_load_backs", "anchor_pin_released_early",
+           "window_counts_leading_pages", "degraded_key_kept", "EXPECTED_FAILURES", "ONLY_THESE"]

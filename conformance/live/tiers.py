@@ -25,7 +25,7 @@ DTYPE = torch.float32  # per token: k and v, per layer, HEADS x head size
 # 'layout' (host_layouts is not declared): under the direct IO backend the harness drives on CPU, upstream allows
 # layer_first and page_first_direct host layouts only, and HiCacheFile stores both pages in one byte order
 # (memory_pool_host.get_data_page); the layouts that store another order need the kernel IO backend.
-KV_FORMATS = {"default": (DTYPE, HEAD_DIM), "dtype": (torch.bfloat16, HEAD_DIM)}
+KV_FORMATS = {"default": (DTYPE, HEAD_DIM), "dtype": (torch.bfloat16, HEAD_DIM), "dtype_same_width": (torch.float16, HEAD_DIM)}
 
 
 class Rows(Protocol):

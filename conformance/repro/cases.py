@@ -26,7 +26,7 @@ from conformance.report.causes import event_of
 from conformance.report.defects import fallback_causes
 from spec.trace import BACKUP, LOAD
 
-FOREIGN = re.compile(r"differ from the writer's only in (dtype|layout|page_size)\b")
+FOREIGN = re.compile(r"differ from the writer's only in (dtype_same_width|dtype|model|layout|page_size)\b")
 
 @dataclass(frozen=True)
 class Case:

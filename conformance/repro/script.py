@@ -92,7 +92,7 @@ FOREIGN_PAGES = '''
 def {name}(make_cache):
     """A writer stores 4 pages and closes; a reader whose KV pages differ only in {differs} shares its storage: it must find a miss."""
     shared = make_cache.storage_dir / "shared"
-    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), storage_dir=shared)
+    writer = make_cache(termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), storage_dir=shared{writer})
     tokens = workload.request_tokens(61, 4 * make_cache.page_size)
     workload.store(writer, tokens, workload.request_data(writer, tokens, 61))
     writer.close()
@@ -104,8 +104,11 @@ def {name}(make_cache):
         served = reader.load_back(tokens).tokens
     assert served == 0, f"S6: a cache whose KV pages differ from the writer's only in {differs} served {{served}} tokens from the writer's pages"
 '''
-# How the reader differs from the writer (conformance/suite/test_foreign_pages.py's).
+# How the writer and the reader differ (conformance/suite/test_foreign_pages.py's).
+WRITERS = {"dtype_same_width": ', kv_format="dtype"'}
 READERS = {"dtype": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="dtype"',
+           "dtype_same_width": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="dtype_same_width"',
+           "model": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="model"',
            "layout": 'termination=TerminationConfig(policy="wait_complete", page_size=make_cache.page_size), kv_format="layout"',
            "page_size": 'termination=TerminationConfig(policy="wait_complete", page_size=2 * make_cache.page_size)'}
 
@@ -149,7 +152,7 @@ def _function(index: int, case: Case, clause: str) -> tuple[str, str]:
         return name, DECISION.format(name=name, state=repr(row["state"]), where=row["where"], offset=OFFSETS.get(row["where"], "0.0"), clause=clause)
     if case.kind == "foreign_pages":
         differs = case.fields["differs"]
-        return name, FOREIGN_PAGES.format(name=name, differs=differs, reader=READERS[differs])
+        return name, FOREIGN_PAGES.format(name=name, differs=differs, reader=READERS[differs], writer=WRITERS.get(differs, ""))
     load = case.fields["direction"] == "storage_to_host"
     return name, STORAGE_ERROR.format(name=name, pool=case.fields["pool"], direction="LOAD" if load else "BACKUP",
                                       direction_words="from storage" if load else "to storage", body=LOAD_BODY if load else BACKUP_BODY)

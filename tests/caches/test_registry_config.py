@@ -170,17 +170,17 @@ def test_build_rejects_a_bad_mapping_before_building_anything(tmp_path):
 
 
 def test_builtin_adapters_declare_their_pools_and_capabilities():
-    common = {"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "hold_points"}
-    assert hiradix() == BuiltinAdapter("hiradix", ("indexer",), frozenset({*common, "pool:indexer"}))
+    common = {"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points"}
+    assert hiradix() == BuiltinAdapter("hiradix", ("indexer",), frozenset({*common, "no_extra_pools", "pool:indexer"}))
     assert unified_radix().default_extra_pools == ("indexer", "mamba")
     assert hi_mamba_radix().capabilities == frozenset({*common, "pool:mamba"})
     # unified_radix in upstream's component mixes: one cache class, an adapter per mix.
     mixes = {a.name: (a.cache, a.default_extra_pools, a.capabilities - common)
              for a in (unified_radix_swa(), unified_radix_mamba(), unified_radix_indexer_swa())}
     assert mixes == {
-        "unified_radix_swa": ("unified_radix", ("swa",), {"pool:swa"}),
-        "unified_radix_mamba": ("unified_radix", ("mamba",), {"pool:mamba"}),
-        "unified_radix_indexer_swa": ("unified_radix", ("indexer", "swa"), {"pool:indexer", "pool:swa"}),
+        "unified_radix_swa": ("unified_radix", ("swa",), {"no_extra_pools", "pool:swa"}),
+        "unified_radix_mamba": ("unified_radix", ("mamba",), {"no_extra_pools", "pool:mamba"}),
+        "unified_radix_indexer_swa": ("unified_radix", ("indexer", "swa"), {"no_extra_pools", "pool:indexer", "pool:swa"}),
     }
 
 

@@ -59,9 +59,17 @@ RUNS = {
     "swa_ranks": Selection("test_every_rank_serves_the_same_prefix", ("window_agreed_locally",), "unified_radix_swa"),
     # Pages of another host layout (the same bytes in another order) under one namespace: the whole
     # single-rank suite, so that S6 alone failing means the namespace is all that changed.
-    "foreign_layout": Selection("not 2ranks and not 4ranks and not 2x2", ("namespace_ignores_layout",), None),
+    "foreign_layout": Selection("not 2ranks and not 4ranks and not 2x2", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
+    # IO moved between a snapshot and its use: a vote that reads the live operation, a commit snapshot taken before the mark.
+    "snapshot_holds": Selection("test_snapshot_holds", ("vote_reads_live_progress", "snapshot_before_mark"), "hiradix"),
+    # A load-back whose KV copy fails while its indexer copy still writes the same slots.
+    "load_back_copies": Selection("test_load_back_copies", ("free_ignores_load_backs",), "hiradix"),
+    # Host eviction while a prefetch hangs below a host-only node.
+    "anchor_pins": Selection("test_anchor_pins", ("anchor_pin_released_early",), "hiradix"),
+    # The window's last page lost after the existence check.
+    "page_positions": Selection("test_page_positions", ("window_counts_leading_pages",), "unified_radix_swa"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }

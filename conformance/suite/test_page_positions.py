@@ -1,0 +1,88 @@
+"""Which page is damaged: first or last of a prefix or a window, by the order it was written and by its key.
+
+A page that vanishes from storage, or whose bytes rot, after the existence
+check comes back from the get as a miss. Where it sits decides what a bug
+can hide behind: a loop that stops at the first miss handles a missing
+first page correctly and counts a window loaded when only its leading
+pages arrived; a test that always damages the same page (the one a sorted
+file list happens to put last) passes both. Each position, each damage,
+each pool the implementation loads by page: KV and its ALL_PAGES side pools
+are committed no further than their first page that did not arrive (F3), a
+window is attached whole or not at all (F10), and whatever is served holds
+the stored bytes (S5).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.scenarios.races import close_and_check_trace, op_events, page_write_keys, stored_request
+from conformance.scenarios.workload import drive
+from spec.config import TerminationConfig
+from spec.fence import HitPolicy
+from spec.trace import LOAD, EventKind
+
+PAGES = 4
+POSITIONS = ["first_written", "last_written", "lowest_key", "highest_key"]
+POOLS = ["kv", *(pytest.param(p, marks=pytest.mark.needs(f"default_pool:{p}")) for p in ("indexer", "swa"))]
+
+
+def remove(path: Path) -> None:
+    path.unlink()
+
+
+def flip_last_byte(path: Path) -> None:
+    """Bit rot in the payload (the last byte, in any layout that puts a header first), the length unchanged."""
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+DAMAGES = {"removed": remove, "bit_flip": flip_last_byte}
+
+
+def chosen(keys: list[str], position: str) -> str:
+    return {"first_written": keys[0], "last_written": keys[-1], "lowest_key": min(keys), "highest_key": max(keys)}[position]
+
+
+@pytest.mark.clause("F3", "F10", "F11", "S5", "S7")
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_page_damaged_after_the_existence_check(impl, make_cache, trace, gate, tmp_path, pool, position, damage, page_size):
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
+    cache = make_cache(termination=config, batch_pages=2)
+    tokens, data = stored_request(cache, seed=86, pages=PAGES, page_size=page_size)
+    keys = list(dict.fromkeys(page_write_keys(trace, pool)))  # in the order written, each once
+    if len(keys) < 2:
+        pytest.skip(f"{impl.name} stored {len(keys)} page(s) of pool {pool}: no first and last to tell apart")
+    key = chosen(keys, position)
+    files = [p for p in (tmp_path / "storage").rglob("*") if p.is_file() and p.name.endswith(key) and not p.name.startswith(".")]
+    if len(files) != 1:
+        pytest.skip(f"{impl.name} keeps no single file named after page key {key[:16]}... ({len(files)} found)")
+    started = gate.hold("the first load (after the existence check)", lambda e: e.kind is EventKind.IO_START and e.op == "r1" and e.value == LOAD)
+    assert cache.prefetch("r1", tokens) == len(tokens)
+    started.wait_reached()
+    DAMAGES[damage](files[0])
+    started.release()
+    cache.wait_prefetch_io("r1")
+    committed = drive(cache, ["r1"], trace=trace)["r1"]
+    layout = cache.pools[pool]
+    what = f"page {keys.index(key) + 1} of {len(keys)} written of pool {pool} ({position}, {damage})"
+    if layout.hit_policy is HitPolicy.TRAILING_WINDOW:
+        attached = [e for e in op_events(trace, "r1", EventKind.INSERT) if e.pool == pool]
+        assert not attached, f"F10: a window of which {what} did not arrive was attached ({attached[0].describe()})"
+    else:
+        usable = (PAGES - len(keys) + keys.index(key)) * page_size  # pages before the damaged one, in request order
+        assert committed <= usable, f"F3: committed {committed} tokens though {what} did not arrive: at most {usable} were usable"
+    loaded = cache.load_back(tokens)
+    try:
+        assert_loaded_bytes(cache, loaded, data, len(tokens))
+    except AssertionError as exc:
+        if damage == "bit_flip" and str(exc).startswith("S5: "):
+            raise AssertionError(f"S7: {what} was served as data: {str(exc)[4:]}") from None
+        raise
+    close_and_check_trace(cache, trace, config)
