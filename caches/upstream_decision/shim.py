@@ -103,6 +103,8 @@ class SelfView(_Strict):
             setattr(self, name, types.MethodType(bound.observed(name, function), self))
         for attribute, method in bound.extracted.aliases.items():
             setattr(self, attribute, getattr(self, method))
+        for attribute, number in bound.extracted.constants:
+            setattr(self, attribute, number)
 
 
 class OperationView(_Strict):

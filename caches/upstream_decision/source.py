@@ -3,7 +3,9 @@
 `extract(root, key)` finds the class, its `can_terminate_prefetch`, and every
 method of the same class that the decision reaches through `self` (directly,
 or through an attribute its `__init__` sets to a method, like
-`self.is_prefetch_timeout = self._prefetch_timeout_check_linear_func`). Every
+`self.is_prefetch_timeout = self._prefetch_timeout_check_linear_func`). A
+number `__init__` sets once and never from configuration (an older tree's
+`self.prefetch_timeout = 3`) is the class's constant, read here. Every other
 name those methods read is checked against the shim's table (names.py)
 before anything runs: a name the shim does not map is one error naming it
 and the class. `ExtractedDecision.compile(namespace)` turns the methods into
@@ -67,6 +69,7 @@ class ExtractedDecision:
     aliases: dict[str, str]  # self attribute set in __init__ -> the method it names
     timeout_helpers: frozenset[str]  # methods that read time.monotonic (the timeout check)
     group_rule: tuple[str, str] = (ATTENTION_RULE, "")  # (X2 rule of the class, evidence): group_rule.py
+    constants: tuple[tuple[str, float], ...] = ()  # self attribute -> the number __init__ sets it to, for names the shim leaves unmapped
 
     def compile(self, namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
         """The methods as plain functions (self first), with `namespace` as their module globals."""
@@ -110,21 +113,26 @@ def _extract_cached(key: str, path_text: str, _mtime_ns: int, _size: int) -> Ext
     if ENTRY_METHOD not in defined:
         raise ClassUnavailable(f"{class_name} in {MEM_CACHE_DIR}/{file_name} defines no {ENTRY_METHOD} of its own")
     aliases = _init_aliases(defined.get("__init__"), defined)
-    walk = _Walk(class_name, path, defined, aliases)
+    constants = {name: value for name, value in _init_constants(defined.get("__init__")).items() if name not in SELF_NAMES}
+    walk = _Walk(class_name, path, defined, aliases, frozenset(constants))
     entry_params = _params(defined[ENTRY_METHOD])
     walk.visit(ENTRY_METHOD, operation_params=set(entry_params[1:2]))
     if walk.unmapped:
         raise UnmappedName(class_name, path, walk.unmapped)
     methods = {name: defined[name] for name in walk.order}
     rule = class_group_rule(cls, path, f"{MEM_CACHE_DIR}/{file_name}")
-    return ExtractedDecision(key, path, class_name, methods, aliases, frozenset(walk.timeout_helpers), rule)
+    read = tuple(sorted((name, value) for name, value in constants.items() if name in walk.constants_read))
+    return ExtractedDecision(key, path, class_name, methods, aliases, frozenset(walk.timeout_helpers), rule, read)
 
 
 # --- the walk: which methods the decision reaches, and every name they read ---------
 
 
 class _Walk:
-    def __init__(self, class_name: str, path: Path, defined: dict[str, ast.FunctionDef], aliases: dict[str, str]) -> None:
+    def __init__(self, class_name: str, path: Path, defined: dict[str, ast.FunctionDef], aliases: dict[str, str],
+                 constants: frozenset[str] = frozenset()) -> None:
+        self.constants = constants
+        self.constants_read: set[str] = set()
         self.class_name = class_name
         self.path = path
         self.defined = defined
@@ -191,6 +199,9 @@ class _Walk:
             if len(attrs) > 1 and f"{head}.{attrs[1]}" not in SELF_NAMES:
                 self._miss(f"self.{head}.{attrs[1]}", node)
             return
+        if head in self.constants and head not in SELF_NAMES:
+            self.constants_read.add(head)
+            return
         if head not in SELF_NAMES:
             self._miss(f"self.{head}", node)
 
@@ -254,6 +265,25 @@ def _init_aliases(init: ast.FunctionDef | None, defined: dict[str, ast.FunctionD
             if target and value and len(target) == 2 == len(value) and target[0] == me == value[0] and value[1] in defined:
                 out[target[1]] = value[1]
     return out
+
+
+def _init_constants(init: ast.FunctionDef | None) -> dict[str, float]:
+    """self.<attr> = <number> assigned exactly once in __init__ (and nowhere else in it): a constant of the class."""
+    if init is None:
+        return {}
+    me = (_params(init) or ["self"])[0]
+    numbers: dict[str, float] = {}
+    assigned: dict[str, int] = {}
+    for node in ast.walk(init):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            chain = _chain(target) if isinstance(target, ast.Attribute) else None
+            if chain and len(chain) == 2 and chain[0] == me:
+                assigned[chain[1]] = assigned.get(chain[1], 0) + 1
+                value = getattr(node, "value", None)
+                if isinstance(node, ast.Assign) and isinstance(value, ast.Constant) and type(value.value) in (int, float):
+                    numbers[chain[1]] = value.value
+    return {name: value for name, value in numbers.items() if assigned[name] == 1}
 
 
 def _stripped(fn: ast.FunctionDef) -> ast.FunctionDef:

@@ -186,3 +186,28 @@ def test_adapters_md_documents_every_mapped_name():
     for name in [*(f"self.{n}" for n in SELF_NAMES), *(f"operation.{n}" for n in OPERATION_NAMES), *GLOBAL_NAMES]:
         leaf = name.rsplit(".", 1)[-1]
         assert leaf in section, f"ADAPTERS.md's shim table does not mention {name}"
+
+
+def test_a_number_init_sets_once_is_the_class_constant_the_decision_reads(session, tmp_path):
+    # Older trees timed out after a fixed number of seconds their __init__ set (`self.prefetch_timeout = 3`).
+    root = copy_checkout(tmp_path)
+    edit(root, "hiradix_cache.py", "        self.prefetch_stop_policy = server_args.hicache_storage_prefetch_policy\n",
+         "        self.prefetch_stop_policy = server_args.hicache_storage_prefetch_policy\n        self.prefetch_timeout = 3  # seconds\n")
+    edit(root, "hiradix_cache.py", "        return time.monotonic() - operation.start_time > limit\n",
+         "        return time.monotonic() - operation.start_time > self.prefetch_timeout\n")
+    assert extract(root, "hiradix").constants == (("prefetch_timeout", 3),)
+    cache, _trace, clock = session(root, "hiradix", "timeout")
+    state = DecisionState("timeout", PAGE_SIZE, 2, PAGE_SIZE, True, False, True, False)
+    assert cache.can_terminate(cache.make_operation(state, start_time=clock.now() - 2.9)) is False
+    assert cache.can_terminate(cache.make_operation(state, start_time=clock.now() - 3.1)) is True
+
+
+def test_a_number_init_sets_twice_or_from_configuration_is_not_a_constant(tmp_path):
+    root = copy_checkout(tmp_path)
+    edit(root, "hiradix_cache.py", "        self.prefetch_stop_policy = server_args.hicache_storage_prefetch_policy\n",
+         "        self.prefetch_stop_policy = server_args.hicache_storage_prefetch_policy\n        self.prefetch_timeout = 3\n"
+         "        if server_args.hicache_storage_prefetch_policy == 'timeout':\n            self.prefetch_timeout = 5\n")
+    edit(root, "hiradix_cache.py", "        return time.monotonic() - operation.start_time > limit\n",
+         "        return time.monotonic() - operation.start_time > self.prefetch_timeout\n")
+    with pytest.raises(UnmappedName, match="self.prefetch_timeout"):
+        extract(root, "hiradix")
