@@ -8,9 +8,10 @@ so that a run (or `--version`) that finds none never loads libcst.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import libcst as cst
 
@@ -21,7 +22,7 @@ from lint.architecture import implementation
 from lint.config import Config
 from lint.errors import LintError
 from lint.findings import FileError
-from lint.locate import MethodSite
+from lint.locate import MethodSite, class_sites
 from lint.pools import ClassPools
 from lint.source import SourceFile, display_path
 from lint.unit import ParsedMethod, WholeModule, parse_in_module, parse_snippet
@@ -45,31 +46,46 @@ class Unparsable(LintError):
     pass
 
 
-def _parse_sites(source: SourceFile, sites: list[MethodSite], force_whole: bool) -> list[ParsedMethod]:
-    whole = WholeModule(source.text)
-    parsed: list[ParsedMethod] = []
-    for site in sites:
-        unit = None if force_whole else parse_snippet(source.lines, site)
-        if unit is None:
-            found = parse_in_module(whole, site)
-            if isinstance(found, str):
-                raise Unparsable(found)
-            unit = found
-        parsed.append(unit)
+def _parse_site(source: SourceFile, site: MethodSite, whole: WholeModule, force_whole: bool = False) -> ParsedMethod:
+    unit = None if force_whole else parse_snippet(source.lines, site)
+    if unit is None:
+        found = parse_in_module(whole, site)
+        if isinstance(found, str):
+            raise Unparsable(found)
+        unit = found
+    return unit
+
+
+def _parse_sites(source: SourceFile, sites: list[MethodSite], whole: WholeModule, force_whole: bool) -> list[ParsedMethod]:
+    parsed = [_parse_site(source, site, whole, force_whole) for site in sites]
     if not force_whole and len(parsed) > 1 and any(p.prefix is None for p in parsed):
         # one parse mode per file, so that fixes apply in a single pass
-        return _parse_sites(source, sites, True)
+        return _parse_sites(source, sites, whole, True)
     return parsed
+
+
+def _class_methods(source: SourceFile, site: MethodSite, whole: WholeModule
+                   ) -> tuple[Callable[[str], ParsedMethod], dict[str, MethodSite]]:
+    """The site's class's methods, each parsed when first asked for, and where each is."""
+    sites = class_sites(site)
+    parsed = functools.lru_cache(maxsize=None)(lambda name: _parse_site(source, sites[name], whole))
+    return parsed, sites
 
 
 def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path] = None,
             class_pools: Optional[ClassPools] = None) -> Union[FileAnalysis, FileError]:
+    whole = WholeModule(source.text)
     try:
-        parsed = _parse_sites(source, sites, False)
+        return _analyze(source, sites, config, path, class_pools, whole)
     except cst.ParserSyntaxError as exc:
         return FileError(source.display, f"libcst cannot parse this file: {exc.message}")
     except Unparsable as exc:
         return FileError(source.display, str(exc))
+
+
+def _analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path],
+             class_pools: Optional[ClassPools], whole: WholeModule) -> FileAnalysis:
+    parsed = _parse_sites(source, sites, whole, False)
     where = path or Path(source.display)
     class_pools = class_pools or ClassPools(config.pool_fields, display_path, config.completion_flag)
     methods = []
@@ -82,7 +98,8 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: O
         if impl is not None and impl.guard == "commit":
             signals = Signals(frozenset(impl.io_ended), frozenset(impl.allocation_fields),
                               frozenset(impl.pools_ended), config.completion_flag)
-            method.commit = analyze_commit(site.index, impl.commit, impl.sidecar_fields, signals)
+            method.commit = analyze_commit(*_class_methods(source, site, whole), impl.commit, impl.sidecar_fields,
+                                           signals)
         else:
             method.pools = class_pools.find(source.tree, source.lines, where, site.class_qualname, skip=site.method)
         methods.append(method)

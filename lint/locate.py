@@ -112,7 +112,7 @@ def _assigned_values(cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
     return values
 
 
-def _site(qual: str, cls: ast.ClassDef, func: FunctionNode, index: ClassIndex) -> MethodSite:
+def _site(qual: str, func: FunctionNode, index: ClassIndex) -> MethodSite:
     first = min([func.lineno] + [d.lineno for d in func.decorator_list])
     return MethodSite(
         class_qualname=qual,
@@ -137,7 +137,7 @@ def find_methods(tree: ast.Module, names: frozenset[str]) -> list[MethodSite]:
         ]
         if funcs:
             index = _class_index(cls, module_functions)
-            sites.extend(_site(qual, cls, f, index) for f in funcs)
+            sites.extend(_site(qual, f, index) for f in funcs)
     return sites
 
 
@@ -148,6 +148,11 @@ def find_method(tree: ast.Module, class_qualname: str, method: str) -> Union[Met
             continue
         for node in cls.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
-                return _site(qual, cls, node, _class_index(cls, _module_functions(tree)))
+                return _site(qual, node, _class_index(cls, _module_functions(tree)))
         return f"class {class_qualname} has no method {method}"
     return f"class {class_qualname} not found"
+
+
+def class_sites(site: MethodSite) -> dict[str, MethodSite]:
+    """Every method defined in the site's class, located as the site is."""
+    return {name: _site(site.class_qualname, func, site.index) for name, func in site.index.methods.items()}

@@ -3,8 +3,9 @@
 SGLang's 0.5.2x UnifiedRadixCache decides to stop on the timeout alone and
 commits through an ACK drain: `pool_transfers_done` then decides which sidecar
 hits are inserted into the tree or released to their pools. Inputs: the
-class's methods (stdlib ast, from the file's ClassIndex), the configured commit
-methods, sidecar field names and state signals (commit_state.Signals). Output:
+class's methods (each parsed with libcst when the walk reaches it), the
+configured commit methods, sidecar field names and state signals
+(commit_state.Signals). Output:
 every place a sidecar result is handed on (committed or released) in a state
 where a read may still be writing it, and whether the commit path checks the
 flag at all.
@@ -23,18 +24,25 @@ element's other attributes (names, keys, policies) only look at it.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
-from lint.analysis.commit_state import Signals, State, getattr_key, reads_done
-from lint.locate import ClassIndex, FunctionNode
+import libcst as cst
+
+from lint.analysis.commit_state import Signals, State, getattr_key, is_constant, positional, reads_done
+from lint.cstutil import and_operands, children, is_name, or_operands, string_value, walk
+from lint.locate import MethodSite
+from lint.unit import ParsedMethod
 
 _INSPECT = frozenset({"len", "bool", "isinstance", "print", "repr", "str", "id", "hash", "type", "getattr",
                       "hasattr", "any", "all", "sum", "min", "max"})
 _PASS_THROUGH = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "reversed", "iter"})
 _COLLECTS = frozenset({"append", "extend", "add", "update", "insert", "appendleft", "setdefault"})
 _LOGGERS = ("logger", "logging", "log")
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+
+# A function the walk follows, with the parsed method that holds it (its positions in the file).
+Function = tuple[cst.FunctionDef, ParsedMethod]
 
 
 @dataclass(frozen=True)
@@ -60,61 +68,95 @@ class CommitPath:
     spans: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
-def _nested(func: FunctionNode) -> dict[str, FunctionNode]:
-    return {n.name: n for n in ast.walk(func)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not func}
+def _nested(function: Function) -> dict[str, Function]:
+    func, parsed = function
+    return {n.name.value: (n, parsed) for n in walk(func) if isinstance(n, cst.FunctionDef) and n is not func}
 
 
-def _dotted(node: ast.AST) -> str:
+def _dotted(node: cst.CSTNode) -> str:
     parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
     return ".".join(reversed(parts))
+
+
+def _statements(block: Optional[cst.CSTNode]) -> list[cst.CSTNode]:
+    """A block's statements as the stdlib lists them: each small statement of a line on its own."""
+    if block is None:
+        return []
+    if isinstance(block, (cst.Else, cst.Finally, cst.ExceptHandler)):
+        block = block.body
+    if isinstance(block, cst.If):  # an `elif`: the else block holds that one statement
+        return [block]
+    if isinstance(block, cst.SimpleStatementSuite):
+        return list(block.body)
+    out: list[cst.CSTNode] = []
+    for stmt in getattr(block, "body", ()):
+        out.extend(stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt])
+    return out
+
+
+def _operands(node: cst.BooleanOperation) -> list[cst.BaseExpression]:
+    return (and_operands(node) if isinstance(node.operator, cst.And) else or_operands(node)) or []
+
+
+def _generators(comp: cst.CSTNode) -> Iterator[cst.CompFor]:
+    loop: Optional[cst.CompFor] = comp.for_in
+    while loop is not None:
+        yield loop
+        loop = loop.inner_for_in
 
 
 class _Class:
     """The walk over one class's commit path."""
 
-    def __init__(self, index: ClassIndex, fields: frozenset[str], signals: Signals) -> None:
-        self.index, self.fields, self.signals = index, fields, signals
+    def __init__(self, methods: Callable[[str], Optional[ParsedMethod]], names: frozenset[str],
+                 fields: frozenset[str], signals: Signals) -> None:
+        self.methods, self.names, self.fields, self.signals = methods, names, fields, signals
         self.uses: dict[tuple[int, int], SidecarUse] = {}
         self.walked: set[tuple[int, State]] = set()
         self.active: set[int] = set()
         self.allocating: dict[int, bool] = {}
-        self.reached: dict[int, FunctionNode] = {}
+        self.reached: dict[int, cst.FunctionDef] = {}
         self.commit = ""
 
-    def callee(self, call: ast.Call, visible: dict[str, FunctionNode]) -> Optional[tuple[str, FunctionNode, dict]]:
+    def method(self, name: str) -> Optional[Function]:
+        parsed = self.methods(name) if name in self.names else None
+        return (parsed.func, parsed) if parsed is not None else None
+
+    def callee(self, call: cst.Call, visible: dict[str, Function]) -> Optional[tuple[str, Function, dict]]:
         func = call.func
-        if isinstance(func, ast.Name) and func.id in visible:
-            node = visible[func.id]
-            return func.id, node, {**visible, **_nested(node)}
-        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
-                and func.attr in self.index.methods):
-            node = self.index.methods[func.attr]
-            return func.attr, node, _nested(node)
+        if isinstance(func, cst.Name) and func.value in visible:
+            node = visible[func.value]
+            return func.value, node, {**visible, **_nested(node)}
+        if isinstance(func, cst.Attribute) and is_name(func.value, "self"):
+            node = self.method(func.attr.value)
+            if node is not None:
+                return func.attr.value, node, _nested(node)
         return None
 
-    def walk(self, func: FunctionNode, visible: dict, state: State, where: str, called_at: int) -> None:
+    def walk(self, function: Function, visible: dict, state: State, where: str, called_at: int) -> None:
+        func = function[0]
         key = (id(func), state)
         if key in self.walked or id(func) in self.active:
             return
         self.walked.add(key)
         self.reached[id(func)] = func
         self.active.add(id(func))
-        _Walker(self, visible, where, called_at).block(func.body, state)
+        _Walker(self, function[1], visible, where, called_at).block(_statements(func.body), state)
         self.active.discard(id(func))
 
-    def allocates(self, func: FunctionNode, visible: dict) -> bool:
+    def allocates(self, function: Function, visible: dict) -> bool:
         """The function (or one it calls) stores an operation's hit allocation."""
+        func = function[0]
         if id(func) in self.allocating:
             return self.allocating[id(func)]
         self.allocating[id(func)] = False
-        walker = _Walker(self, visible, "")
-        found = walker.block_allocates(func.body)
+        walker = _Walker(self, function[1], visible, "")
+        found = walker.block_allocates(_statements(func.body))
         self.allocating[id(func)] = found
         return found
 
@@ -122,75 +164,74 @@ class _Class:
 class _Walker:
     """One function's walk: its locals that hold sidecar values or tests."""
 
-    def __init__(self, owner: _Class, visible: dict, where: str, called_at: int = 0) -> None:
-        self.owner, self.visible, self.where, self.called_at = owner, visible, where, called_at
+    def __init__(self, owner: _Class, parsed: ParsedMethod, visible: dict, where: str, called_at: int = 0) -> None:
+        self.owner, self.parsed, self.visible, self.where, self.called_at = owner, parsed, visible, where, called_at
         self.signals = owner.signals
         # locals holding sidecar values: the field they come from, the state they were taken in
         self.carriers: dict[str, tuple[str, State]] = {}
-        self.aliases: dict[str, ast.expr] = {}  # locals holding a test
+        self.aliases: dict[str, cst.CSTNode] = {}  # locals holding a test
 
     # -- sidecar values ---------------------------------------------------------------------------
-    def view(self, node: Optional[ast.AST]) -> Optional[tuple[str, State]]:
+    def view(self, node: Optional[cst.CSTNode]) -> Optional[tuple[str, State]]:
         """(what, state it was taken in) when `node` evaluates to sidecar results."""
         if node is None:
             return None
-        if isinstance(node, ast.Attribute):
-            if node.attr in self.owner.fields:
-                return node.attr, State()
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in self.owner.fields:
+                return node.attr.value, State()
             inner = self.view(node.value)
-            return inner if inner is not None and node.attr in self.signals.allocation else None
+            return inner if inner is not None and node.attr.value in self.signals.allocation else None
         key = getattr_key(node)
         if key is not None:
             return (key, State()) if key in self.owner.fields else None
-        if isinstance(node, ast.Name):
-            return self.carriers.get(node.id)
-        if isinstance(node, (ast.Subscript, ast.Starred)):
+        if isinstance(node, cst.Name):
+            return self.carriers.get(node.value)
+        if isinstance(node, (cst.Subscript, cst.StarredElement)):
             return self.view(node.value)
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in _PASS_THROUGH and node.args:
-                return self.view(node.args[0])
-            return self.view(func.value) if isinstance(func, ast.Attribute) else None
-        if isinstance(node, ast.BoolOp):
-            return next((v for v in map(self.view, node.values) if v is not None), None)
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, cst.Call):
+            func, args = node.func, positional(node)
+            if isinstance(func, cst.Name) and func.value in _PASS_THROUGH and args:
+                return self.view(args[0])
+            return self.view(func.value) if isinstance(func, cst.Attribute) else None
+        if isinstance(node, cst.BooleanOperation):
+            return next((v for v in map(self.view, _operands(node)) if v is not None), None)
+        if isinstance(node, cst.IfExp):
             for side, holds in ((node.body, True), (node.orelse, False)):
                 found = self.view(side)
                 if found is not None:
                     return found[0], found[1].learn(self.facts(node.test, holds))
             return None
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            return next((v for v in map(self.view, node.elts) if v is not None), None)
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+            return next((v for v in (self.view(e.value) for e in node.elements) if v is not None), None)
+        if isinstance(node, _COMPREHENSIONS):
             saved = dict(self.carriers)
-            for gen in node.generators:
+            for gen in _generators(node):
                 self.bind(gen.target, gen.iter, State())
-            elt = node.value if isinstance(node, ast.DictComp) else node.elt
-            found = self.view(elt)
+            found = self.view(node.value if isinstance(node, cst.DictComp) else node.elt)
             self.carriers = saved
             return found
         return None
 
-    def is_sidecar(self, node: ast.AST) -> bool:
+    def is_sidecar(self, node: cst.CSTNode) -> bool:
         return self.view(node) is not None
 
-    def facts(self, test: ast.AST, holds: bool) -> dict[str, bool]:
+    def facts(self, test: cst.CSTNode, holds: bool) -> dict[str, bool]:
         return self.signals.facts(test, holds, self.aliases, self.is_sidecar)
 
-    def bind(self, target: ast.AST, source: ast.AST, state: State) -> None:
+    def bind(self, target: cst.CSTNode, source: cst.CSTNode, state: State) -> None:
         """Loop or comprehension variables over `source`."""
-        if (isinstance(target, ast.Tuple) and isinstance(source, ast.Call) and isinstance(source.func, ast.Name)
-                and source.func.id in ("zip", "enumerate")):
-            pairs = (zip(target.elts, source.args) if source.func.id == "zip"
-                     else zip(target.elts[1:], source.args[:1]))
+        if (isinstance(target, cst.Tuple) and isinstance(source, cst.Call) and isinstance(source.func, cst.Name)
+                and source.func.value in ("zip", "enumerate")):
+            elements, args = [e.value for e in target.elements], positional(source)
+            pairs = zip(elements, args) if source.func.value == "zip" else zip(elements[1:], args[:1])
             for element, origin in pairs:
                 self.bind(element, origin, state)
             return
         found = self.view(source)
         # destructuring a stored record (a local, attribute or item: not a call's fresh result)
-        unpacked = isinstance(target, (ast.Tuple, ast.List)) and isinstance(source, (ast.Name, ast.Attribute,
-                                                                                      ast.Subscript))
-        for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+        unpacked = isinstance(target, (cst.Tuple, cst.List)) and isinstance(source, (cst.Name, cst.Attribute,
+                                                                                      cst.Subscript))
+        for name in (n.value for n in walk(target) if isinstance(n, cst.Name)):
             if found is not None:
                 self.carriers[name] = (found[0], found[1].joined(state))
             elif unpacked and name in self.owner.fields:
@@ -200,11 +241,11 @@ class _Walker:
                 self.carriers.pop(name, None)
 
     # -- handing on -------------------------------------------------------------------------------
-    def hand_on(self, node: ast.AST, state: State) -> None:
+    def hand_on(self, node: cst.CSTNode, state: State) -> None:
         """`node` is passed, stored or returned: a sidecar value there must be safe."""
         if self.branches(node, state, self.hand_on):
             return
-        if isinstance(node, ast.Starred):
+        if isinstance(node, cst.StarredElement):
             self.hand_on(node.value, state)
             return
         found = self.view(node)
@@ -214,70 +255,71 @@ class _Walker:
                 self.report(node, found[0], effective.why_unsafe(self.signals.flag))
         self.expr(node, state)
 
-    def branches(self, node: ast.AST, state: State, visit) -> bool:
+    def branches(self, node: cst.CSTNode, state: State, visit) -> bool:
         """Visit the parts of `a if t else b` or a boolean chain, each with what it runs under."""
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, cst.IfExp):
             self.expr(node.test, state)
             visit(node.body, state.learn(self.facts(node.test, True)))
             visit(node.orelse, state.learn(self.facts(node.test, False)))
             return True
-        if isinstance(node, ast.BoolOp):
-            for value in node.values:
+        if isinstance(node, cst.BooleanOperation):
+            conjunction = isinstance(node.operator, cst.And)
+            for value in _operands(node):
                 visit(value, state)
-                state = state.learn(self.facts(value, isinstance(node.op, ast.And)))
+                state = state.learn(self.facts(value, conjunction))
             return True
         return False
 
-    def report(self, node: ast.AST, what: str, why: str, sets_flag: bool = False) -> None:
-        key = (node.lineno, node.col_offset + 1)
+    def report(self, node: cst.CSTNode, what: str, why: str, sets_flag: bool = False) -> None:
+        key = self.parsed.loc(node)
         if key not in self.owner.uses:
             self.owner.uses[key] = SidecarUse(self.owner.commit, key[0], key[1], what, self.where,
                                               self.called_at, why, sets_flag)
 
-    def set_flag(self, node: ast.AST, state: State) -> None:
+    def set_flag(self, node: cst.CSTNode, state: State) -> None:
         """The flag may turn true only where every pool transfer has ended."""
         if not (state.pools_ended or state.unallocated):
             self.report(node, self.signals.flag, _EARLY_SET, sets_flag=True)
 
     # -- expressions ------------------------------------------------------------------------------
-    def expr(self, node: Optional[ast.AST], state: State) -> None:
-        if node is None or isinstance(node, ast.Lambda) or self.branches(node, state, self.expr):
+    def expr(self, node: Optional[cst.CSTNode], state: State) -> None:
+        if node is None or isinstance(node, cst.Lambda) or self.branches(node, state, self.expr):
             return
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        if isinstance(node, _COMPREHENSIONS):
             saved = dict(self.carriers)
-            for gen in node.generators:
+            for gen in _generators(node):
                 self.expr(gen.iter, state)
                 self.bind(gen.target, gen.iter, State())
                 for condition in gen.ifs:
-                    self.expr(condition, state)
-            for part in ((node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,)):
+                    self.expr(condition.test, state)
+            for part in ((node.key, node.value) if isinstance(node, cst.DictComp) else (node.elt,)):
                 self.expr(part, state)
             self.carriers = saved
             return
-        if isinstance(node, ast.Call):
+        if isinstance(node, cst.Call):
             self.call(node, state)
             return
-        for child in ast.iter_child_nodes(node):
+        for child in children(node):
             self.expr(child, state)
 
-    def call(self, node: ast.Call, state: State) -> None:
-        func = node.func
+    def call(self, node: cst.Call, state: State) -> None:
+        func, args = node.func, positional(node)
         name = _dotted(func)
-        if (name == "setattr" and len(node.args) == 3 and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value == self.signals.flag and _true(node.args[2])):
+        if (name == "setattr" and len(args) == 3 and string_value(args[1]) == self.signals.flag
+                and is_constant(args[2], True)):
             self.set_flag(node, state)
         if name in _INSPECT or name.split(".")[0] in _LOGGERS:
             return  # looks at its arguments, hands nothing on
-        arguments = [*node.args, *(k.value for k in node.keywords)]
-        if isinstance(func, ast.Name) and func.id in _PASS_THROUGH | {"zip", "enumerate"}:
+        arguments = [*args, *(a.value for a in node.args if a.keyword is not None or a.star == "**")]
+        if isinstance(func, cst.Name) and func.value in _PASS_THROUGH | {"zip", "enumerate"}:
             for argument in arguments:
                 self.expr(argument, state)
             return
-        if (isinstance(func, ast.Attribute) and func.attr in _COLLECTS and isinstance(func.value, ast.Name)
+        if (isinstance(func, cst.Attribute) and func.attr.value in _COLLECTS and isinstance(func.value, cst.Name)
                 and not self.is_sidecar(func.value)):
             found = next((v for v in map(self.view, arguments) if v is not None), None)
             if found is not None:  # the local collection now holds sidecar values
-                self.carriers[func.value.id] = (found[0], found[1].joined(state))
+                self.carriers[func.value.value] = (found[0], found[1].joined(state))
                 return
         self.expr(func, state)
         for argument in arguments:
@@ -287,29 +329,29 @@ class _Walker:
             callee_name, callee, visible = target
             if self.owner.allocates(callee, visible):
                 state = State(state.done, state.io_ended)  # it allocates: its own blocks tell what runs before
-            self.owner.walk(callee, visible, state, callee_name, node.lineno)
+            self.owner.walk(callee, visible, state, callee_name, self.parsed.line(node))
 
     # -- statements -------------------------------------------------------------------------------
-    def stmt_allocates(self, stmt: ast.stmt) -> bool:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    def stmt_allocates(self, stmt: cst.CSTNode) -> bool:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             return False
-        scratch = _Walker(self.owner, self.visible, self.where)  # knows the loop variables over sidecars
+        scratch = _Walker(self.owner, self.parsed, self.visible, self.where)  # knows the loop variables over sidecars
         scratch.carriers = dict(self.carriers)
-        for node in ast.walk(stmt):  # breadth first: a loop is bound before the statements in it
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        for node in walk(stmt):  # in order: a loop is bound before the statements in it
+            if isinstance(node, (cst.For, cst.CompFor)):
                 scratch.bind(node.target, node.iter, State())
-            if isinstance(node, ast.stmt) and self.signals.allocates(node, scratch.is_sidecar):
+            if isinstance(node, (cst.Assign, cst.AnnAssign)) and self.signals.allocates(node, scratch.is_sidecar):
                 return True
-            if isinstance(node, ast.Call):
+            if isinstance(node, cst.Call):
                 target = self.owner.callee(node, self.visible)
                 if target is not None and self.owner.allocates(target[1], target[2]):
                     return True
         return False
 
-    def block_allocates(self, body: list[ast.stmt]) -> bool:
+    def block_allocates(self, body: list[cst.CSTNode]) -> bool:
         return any(self.stmt_allocates(stmt) for stmt in body)
 
-    def block(self, body: Iterable[ast.stmt], state: State, before_allocation: bool = False) -> None:
+    def block(self, body: Iterable[cst.CSTNode], state: State, before_allocation: bool = False) -> None:
         """`before_allocation`: the enclosing statement goes on to allocate the hit
         (a block that allocates it has not yet at its start): statements up to the
         allocation run while no read can have started."""
@@ -321,64 +363,65 @@ class _Walker:
                 self.stmt(stmt, state.learn({"unallocated": True}))
             else:
                 self.stmt(stmt, state, before_allocation and i == first)
-            if isinstance(stmt, ast.If):
+            if isinstance(stmt, cst.If):
                 # `if not done: return` -- what follows runs only when the test was false
-                if _exits(stmt.body) and not stmt.orelse:
+                inside, orelse = _statements(stmt.body), _statements(stmt.orelse)
+                if _exits(inside) and not orelse:
                     state = state.learn(self.facts(stmt.test, False))
-                elif _exits(stmt.orelse) and not _exits(stmt.body):
+                elif _exits(orelse) and not _exits(inside):
                     state = state.learn(self.facts(stmt.test, True))
 
-    def stmt(self, stmt: ast.stmt, state: State, allocates: bool = False) -> None:
+    def stmt(self, stmt: cst.CSTNode, state: State, allocates: bool = False) -> None:
         """`allocates`: this statement allocates the hit somewhere inside it."""
         early = state.learn({"unallocated": True}) if allocates else state
-        if isinstance(stmt, (ast.If, ast.While)):
+        if isinstance(stmt, (cst.If, cst.While)):
             # a test that allocates runs before both branches; else a branch that allocates is
             # the only way on to the allocation
-            inner = allocates and not self.stmt_allocates(ast.Expr(stmt.test))
+            inner = allocates and not self.stmt_allocates(stmt.test)
             self.expr(stmt.test, early if inner else state)
-            self.block(stmt.body, state.learn(self.facts(stmt.test, True)), inner)
-            self.block(stmt.orelse, state.learn(self.facts(stmt.test, False)) if isinstance(stmt, ast.If)
+            self.block(_statements(stmt.body), state.learn(self.facts(stmt.test, True)), inner)
+            self.block(_statements(stmt.orelse), state.learn(self.facts(stmt.test, False)) if isinstance(stmt, cst.If)
                        else state, inner)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        elif isinstance(stmt, cst.For):
             self.expr(stmt.iter, state)
             self.bind(stmt.target, stmt.iter, state)
-            self.block(stmt.body, state, allocates)
-            self.block(stmt.orelse, state, allocates)
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            self.block(_statements(stmt.body), state, allocates)
+            self.block(_statements(stmt.orelse), state, allocates)
+        elif isinstance(stmt, cst.With):
             for item in stmt.items:
-                self.expr(item.context_expr, state)
-            self.block(stmt.body, state, allocates)
-        elif isinstance(stmt, ast.Try):
-            for part in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody):
-                self.block(part, state, allocates)
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.expr(item.item, state)
+            self.block(_statements(stmt.body), state, allocates)
+        elif isinstance(stmt, cst.Try):
+            for part in (stmt.body, *stmt.handlers, stmt.orelse, stmt.finalbody):
+                self.block(_statements(part), state, allocates)
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             return  # walked where it is called
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        elif isinstance(stmt, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
             self.assign(stmt, state)
-        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+        elif isinstance(stmt, cst.Return) and stmt.value is not None:
             self.hand_on(stmt.value, state)
         else:
             self.expr(stmt, state)
 
-    def assign(self, stmt: ast.stmt, state: State) -> None:
+    def assign(self, stmt: cst.CSTNode, state: State) -> None:
         value = stmt.value
         if value is None:
             return
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
         found = self.view(value)
         stored = False
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr == self.signals.flag and _true(value):
+            if isinstance(target, cst.Attribute) and target.attr.value == self.signals.flag and is_constant(value, True):
                 self.set_flag(stmt, state)
-            if isinstance(target, ast.Name):
-                self.aliases.pop(target.id, None)
+            if isinstance(target, cst.Name):
+                self.aliases.pop(target.value, None)
                 if found is not None:
-                    self.carriers[target.id] = (found[0], found[1].joined(state))
-                elif not (isinstance(stmt, ast.AugAssign) and target.id in self.carriers):  # `x += y` keeps x
-                    self.carriers.pop(target.id, None)
+                    self.carriers[target.value] = (found[0], found[1].joined(state))
+                elif not (isinstance(stmt, cst.AugAssign) and target.value in self.carriers):  # `x += y` keeps x
+                    self.carriers.pop(target.value, None)
                     if self.facts(value, True) or self.facts(value, False):
-                        self.aliases[target.id] = value
-            elif isinstance(target, (ast.Tuple, ast.List)):
+                        self.aliases[target.value] = value
+            elif isinstance(target, (cst.Tuple, cst.List)):
                 self.bind(target, value, state)
             else:
                 stored = True  # into a subscript or attribute: handed on
@@ -392,29 +435,26 @@ _EARLY_SET = ("to True where no test shows that every pool transfer has ended (a
               "`ack.pool_hits is not None`): the commit then takes sidecar hits whose reads may still run")
 
 
-def _true(value: Optional[ast.AST]) -> bool:
-    return isinstance(value, ast.Constant) and value.value is True
+def _exits(body: list[cst.CSTNode]) -> bool:
+    return bool(body) and isinstance(body[-1], (cst.Return, cst.Continue, cst.Raise, cst.Break))
 
 
-def _exits(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Continue, ast.Raise, ast.Break))
-
-
-def analyze_commit(index: ClassIndex, commit: Iterable[str], fields: Iterable[str],
-                   signals: Signals) -> CommitPath:
+def analyze_commit(methods: Callable[[str], Optional[ParsedMethod]], sites: dict[str, MethodSite],
+                   commit: Iterable[str], fields: Iterable[str], signals: Signals) -> CommitPath:
+    """`methods`: the class's method of a name, parsed; `sites`: where each method of the class is."""
     names = list(commit)
-    found = [n for n in names if n in index.methods]
-    walk = _Class(index, frozenset(fields), signals)
+    found = [n for n in names if n in sites]
+    walk_ = _Class(methods, frozenset(sites), frozenset(fields), signals)
     for name in found:
-        walk.commit = name
-        func = index.methods[name]
-        walk.walk(func, _nested(func), State(), "", 0)
-    path = CommitPath(found, [n for n in names if n not in index.methods],
-                      any(reads_done(f, signals.flag) for f in walk.reached.values()))
-    path.unguarded = sorted(walk.uses.values(), key=lambda u: (u.line, u.col))
+        walk_.commit = name
+        function = walk_.method(name)
+        if function is not None:
+            walk_.walk(function, _nested(function), State(), "", 0)
+    path = CommitPath(found, [n for n in names if n not in sites],
+                      any(reads_done(f, signals.flag) for f in walk_.reached.values()))
+    path.unguarded = sorted(walk_.uses.values(), key=lambda u: (u.line, u.col))
     for name in found:
-        func = index.methods[name]
-        path.def_lines[name] = func.lineno
-        first = min([func.lineno] + [d.lineno for d in func.decorator_list])
-        path.spans[name] = (first, func.lineno, func.end_lineno or func.lineno, func.col_offset)
+        site = sites[name]
+        path.def_lines[name] = site.def_line
+        path.spans[name] = (site.first_line, site.def_line, site.end_line, site.col_offset)
     return path

@@ -14,10 +14,12 @@ The flag itself may be set only where every pool transfer has ended.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
+import libcst as cst
+
+from lint.cstutil import and_operands, is_name, or_operands, string_value, walk
 from lint.protocol import DONE
 
 
@@ -53,17 +55,25 @@ class State:
                 "slots already released (sglang PR #31668)")
 
 
-def getattr_key(node: ast.AST) -> Optional[str]:
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)):
-        return node.args[1].value
+def positional(call: cst.Call) -> list[cst.BaseExpression]:
+    """The call's positional arguments (a `*xs` one included), as the stdlib's `Call.args`."""
+    return [a.value for a in call.args if a.keyword is None and a.star != "**"]
+
+
+def getattr_key(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.Call) and is_name(node.func, "getattr"):
+        args = positional(node)
+        return string_value(args[1]) if len(args) >= 2 else None
     return None
 
 
-def reads_done(node: ast.AST, flag: str) -> bool:
-    return any((isinstance(n, ast.Attribute) and n.attr == flag) or getattr_key(n) == flag
-               for n in ast.walk(node))
+def reads_done(node: cst.CSTNode, flag: str) -> bool:
+    return any((isinstance(n, cst.Attribute) and n.attr.value == flag) or getattr_key(n) == flag for n in walk(node))
+
+
+def is_constant(node: Optional[cst.CSTNode], value: object) -> bool:
+    """`node` is the literal None, True or False."""
+    return is_name(node, str(value)) if value in (None, True, False) else False
 
 
 def _union(parts) -> dict[str, bool]:
@@ -82,66 +92,69 @@ class Signals:
     pools_ended: frozenset[str] = frozenset()  # attributes (or methods) true once every pool transfer ended
     flag: str = DONE  # the completion flag
 
-    def facts(self, expr: ast.AST, holds: bool, aliases: Mapping[str, ast.expr],
-              is_sidecar: Callable[[ast.AST], bool]) -> dict[str, bool]:
+    def facts(self, expr: cst.CSTNode, holds: bool, aliases: Mapping[str, cst.CSTNode],
+              is_sidecar: Callable[[cst.CSTNode], bool]) -> dict[str, bool]:
         """What is known when `expr` evaluates to `holds`. `aliases`: locals
         bound to a test; `is_sidecar`: whether an object is a sidecar element
         (whose slots are not the operation's allocation)."""
-        def again(node: ast.AST, value: bool) -> dict[str, bool]:
+        def again(node: cst.CSTNode, value: bool) -> dict[str, bool]:
             return self.facts(node, value, aliases, is_sidecar)
 
-        if isinstance(expr, ast.Name) and expr.id in aliases:
-            rest = {k: v for k, v in aliases.items() if k != expr.id}
-            return self.facts(aliases[expr.id], holds, rest, is_sidecar)
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-            return again(expr.operand, not holds)
-        if isinstance(expr, ast.BoolOp):
-            conjunction = isinstance(expr.op, ast.And)
+        if isinstance(expr, cst.Name) and expr.value in aliases:
+            rest = {k: v for k, v in aliases.items() if k != expr.value}
+            return self.facts(aliases[expr.value], holds, rest, is_sidecar)
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            return again(expr.expression, not holds)
+        if isinstance(expr, cst.BooleanOperation):
+            conjunction = isinstance(expr.operator, cst.And)
+            operands = (and_operands if conjunction else or_operands)(expr) or []
             # all parts hold for a true `and`, none for a false `or`; otherwise nothing is known
-            return _union(again(v, holds) for v in expr.values) if conjunction == holds else {}
-        if (isinstance(expr, ast.Attribute) and expr.attr == self.flag) or getattr_key(expr) == self.flag:
+            return _union(again(v, holds) for v in operands) if conjunction == holds else {}
+        if (isinstance(expr, cst.Attribute) and expr.attr.value == self.flag) or getattr_key(expr) == self.flag:
             return {"done": holds}
         if self._io_ended(expr):
             return {"io_ended": True} if holds else {}
         if self._pools_ended(expr):
             return {"pools_ended": True} if holds else {}
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.comparators[0], ast.Constant):
-            op, constant = expr.ops[0], expr.comparators[0].value
-            positive = isinstance(op, (ast.Eq, ast.Is))
-            if constant is None and positive != isinstance(op, (ast.NotEq, ast.IsNot)):
+        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+            op, constant = expr.comparisons[0].operator, expr.comparisons[0].comparator
+            positive = isinstance(op, (cst.Equal, cst.Is))
+            if is_constant(constant, None):
+                if positive == isinstance(op, (cst.NotEqual, cst.IsNot)):
+                    return {}
                 left = expr.left
                 if self._pools_ended(left):  # `ack.pool_hits is not None`: the pool get's result arrived
                     return {"pools_ended": True} if holds != positive else {}
-                if (isinstance(left, ast.Attribute) and left.attr in self.allocation
+                if (isinstance(left, cst.Attribute) and left.attr.value in self.allocation
                         and not is_sidecar(left.value) and positive == holds):
                     return {"unallocated": True}
                 return {}
-            if isinstance(constant, bool):
-                return again(expr.left, holds if positive == constant else not holds)
+            for value in (True, False):
+                if is_constant(constant, value):
+                    return again(expr.left, holds if positive == value else not holds)
         return {}
 
-    def _io_ended(self, expr: ast.AST) -> bool:
-        if isinstance(expr, ast.Call) and not expr.args and not expr.keywords:
+    def _io_ended(self, expr: cst.CSTNode) -> bool:
+        if isinstance(expr, cst.Call) and not expr.args:
             expr = expr.func
-        return isinstance(expr, ast.Attribute) and expr.attr in self.io_ended
+        return isinstance(expr, cst.Attribute) and expr.attr.value in self.io_ended
 
-    def _pools_ended(self, expr: ast.AST) -> bool:
+    def _pools_ended(self, expr: cst.CSTNode) -> bool:
         """`ack.pool_hits`, or a call of a `pools-ended` method (with any arguments)."""
-        if isinstance(expr, ast.Call):
+        if isinstance(expr, cst.Call):
             expr = expr.func
-        name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+        name = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
         return name in self.pools_ended
 
-    def allocates(self, stmt: ast.stmt, is_sidecar: Callable[[ast.AST], bool]) -> bool:
+    def allocates(self, stmt: cst.CSTNode, is_sidecar: Callable[[cst.CSTNode], bool]) -> bool:
         """`stmt` stores an operation's hit allocation (not a sidecar element's slots)."""
-        targets: list[ast.expr] = []
-        if isinstance(stmt, ast.Assign):
-            targets, value = stmt.targets, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        if isinstance(stmt, cst.Assign):
+            targets, value = [t.target for t in stmt.targets], stmt.value
+        elif isinstance(stmt, cst.AnnAssign) and stmt.value is not None:
             targets, value = [stmt.target], stmt.value
         else:
             return False
-        if isinstance(value, ast.Constant) and value.value is None:
+        if is_constant(value, None):
             return False
-        return any(isinstance(t, ast.Attribute) and t.attr in self.allocation and not is_sidecar(t.value)
+        return any(isinstance(t, cst.Attribute) and t.attr.value in self.allocation and not is_sidecar(t.value)
                    for t in targets)
