@@ -205,8 +205,9 @@ def _add_checkout_adapters(config: pytest.Config, loaded: list[tuple[Any, Origin
     shim = config.getoption("--sglang-shim")
     try:
         found, missing = load_checkout_adapters("sglang", path, shim)
-    except Exception as exc:  # the factory's own error, on one line
-        raise pytest.UsageError(f"--sglang {path}: " + one_line(exc)) from None
+    except Exception as exc:  # the factory's own error, on one line, saying the option unless it already does
+        named = isinstance(exc, ConfigError) and getattr(exc, "field", None) == "--sglang"
+        raise pytest.UsageError(("" if named else f"--sglang {path}: ") + one_line(exc)) from None
     clash = sorted({a.name for a in found} & {a.name for a, _ in loaded})
     if clash:
         raise pytest.UsageError(f"--sglang {path}: adapter names {clash} are already taken")

@@ -119,7 +119,7 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
 def test_a_path_that_is_not_a_checkout_is_one_usage_error(tmp_path):
     result = usage("--sglang", str(tmp_path))
     assert result.returncode == 4, result.stdout + result.stderr
-    assert error_lines(result) == [f"ERROR: --sglang {tmp_path}: invalid --sglang: '{tmp_path.resolve()}' "
+    assert error_lines(result) == [f"ERROR: invalid --sglang: '{tmp_path.resolve()}' "
                                    "(accepted: the root of an SGLang checkout (a folder containing python/sglang/srt/mem_cache/))"]
     assert "Traceback" not in result.stderr
 
