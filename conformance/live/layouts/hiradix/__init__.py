@@ -17,7 +17,10 @@ LAYOUT = Layout(
     module_file="srt/mem_cache/hiradix_cache.py",
     layout_name="the fork's layout",
     session="conformance.live.layouts.hiradix.session:HiRadixSession",
-    modules={"hiradix_cache": Module("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache")},
+    modules={"hiradix_cache": Module("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+        "pool_host_mha": Module("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost")},
+    # The MHA host pool: memory_pool_host's until it moved to pool_host/mha.py (found by its class, conformance/live/modules.py).
+    host_pool_modules=("memory_pool_host", "pool_host_mha"),
     capabilities=frozenset({"multi_rank", "kv_formats"}),
     marks=(FORK_PREFETCH, OWN_COPY_THREADS),
 )

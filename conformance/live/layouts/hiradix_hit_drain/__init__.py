@@ -21,6 +21,7 @@ LAYOUT = Layout(
     layout_name="the hit-drain layout (the drain allocates the hit, the IO thread's progress read off the operation)",
     session="conformance.live.layouts.hiradix_hit_drain.session:HitDrainSession",
     modules=FORK.modules,
+    host_pool_modules=FORK.host_pool_modules,
     capabilities=frozenset({"multi_rank", "kv_formats"}),
     marks=(DRAIN, NO_ACKS),
 )

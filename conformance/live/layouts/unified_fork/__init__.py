@@ -28,7 +28,9 @@ LAYOUT = Layout(
         "tree_component": Module("sglang.srt.mem_cache.unified_cache_components.tree_component", "ComponentType"),
         "schedule_batch": Module("sglang.srt.managers.schedule_batch", "Req"),
         "sampling_params": Module("sglang.srt.sampling.sampling_params", "SamplingParams"),
-    },
+        "pool_host_mha": Module("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost")},
+    # The MHA host pool: memory_pool_host's until it moved to pool_host/mha.py (found by its class, conformance/live/modules.py).
+    host_pool_modules=("memory_pool_host", "pool_host_mha"),
     capabilities=frozenset({"multi_rank", "kv_formats"}),
     marks=(COMPONENT_PACKAGE, FORK_UNIFIED_PREFETCH),
 )
