@@ -22,8 +22,10 @@ return value: without a reduce upstream returns `vote or terminated`, so with
 the snapshot's terminated flag false the return is the vote itself; with it
 true, upstream's code is evaluated once more on the same snapshot and the
 same time with the flag cleared (no collective can run then: the shim refuses
-one). The recorded state's `timed_out` is what upstream's own timeout helper
-returned (evaluated the same way when upstream's `completed or ...`
+one). That vote is recorded from inside upstream's return (the compile passes
+each value the entry method returns through the shim, source.RETURNED), so the
+event is recorded at upstream's own line. The recorded state's `timed_out` is
+what upstream's own timeout helper returned (evaluated the same way when upstream's `completed or ...`
 short-circuited it).
 """
 
@@ -38,7 +40,7 @@ import torch
 
 from caches.errors import CacheError
 from caches.upstream_decision.names import ENTRY_METHOD, SELF_NAMES
-from caches.upstream_decision.source import ExtractedDecision
+from caches.upstream_decision.source import RETURNED, ExtractedDecision
 from spec.decision import VOTE_COLLECTIVE
 from spec.errors import bounded_repr
 from spec.timeout import is_timed_out, timeout_budget
@@ -241,8 +243,20 @@ class BoundDecision:
         self.extracted = extracted
         self.cache = cache
         self._calls: list[DecisionCall] = []
-        namespace = {"__builtins__": builtins, "torch": _Torch(self), "time": _Time(self)}
+        namespace = {"__builtins__": builtins, "torch": _Torch(self), "time": _Time(self), RETURNED: self._returned}
         self.functions = extracted.compile(namespace)
+
+    def _returned(self, value: Any) -> Any:
+        """Where upstream's decision returns, its frame still running: a vote no collective recorded is recorded
+        here, so the event says where upstream decided (conformance/report/sites.py)."""
+        call = self.current()
+        if not call.probe and not call.voted:
+            call.record_vote(self._vote(call, value))
+        return value
+
+    def _vote(self, call: DecisionCall, returned: Any) -> bool:
+        """The vote behind a return no collective saw: the return is `vote or terminated` (see the module docstring)."""
+        return bool(returned) if not call.progress.terminated else bool(self._run(self._probe(call), terminated=False))
 
     def current(self) -> DecisionCall:
         if not self._calls:
@@ -275,10 +289,8 @@ class BoundDecision:
         progress = operation.progress()  # one snapshot under the operation's lock
         call = DecisionCall(self, operation, progress, self.cache.clock.now())
         decision = bool(self._run(call, progress.terminated))
-        if not call.voted:
-            # No reduce ran: the return is `vote or terminated` (see the module docstring).
-            vote = decision if not progress.terminated else bool(self._run(self._probe(call), terminated=False))
-            call.record_vote(vote)
+        if not call.voted:  # no return statement ran (the method fell off its end): no collective either
+            call.record_vote(self._vote(call, decision))
         return decision
 
     def _probe(self, call: DecisionCall) -> DecisionCall:

@@ -72,10 +72,36 @@ class ExtractedDecision:
     constants: tuple[tuple[str, float], ...] = ()  # self attribute -> the number __init__ sets it to, for names the shim leaves unmapped
 
     def compile(self, namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
-        """The methods as plain functions (self first), with `namespace` as their module globals."""
-        module = ast.Module(body=[copy.deepcopy(node) for node in self.methods.values()], type_ignores=[])
+        """The methods as plain functions (self first), with `namespace` as their module globals.
+
+        With RETURNED in the namespace, each value the entry method returns passes
+        through it first, called at upstream's return line while its frame still runs.
+        """
+        nodes = [copy.deepcopy(node) for node in self.methods.values()]
+        if RETURNED in namespace:
+            for node in nodes:
+                if node.name == ENTRY_METHOD:
+                    node.body = [_ReturnHook().visit(stmt) for stmt in node.body]
+        module = ast.fix_missing_locations(ast.Module(body=nodes, type_ignores=[]))
         exec(compile(module, str(self.path), "exec"), namespace)
         return {name: namespace[name] for name in self.methods}
+
+
+RETURNED = "__conformance_returned__"  # the shim's hook on what the entry method returns (shim.BoundDecision)
+
+
+class _ReturnHook(ast.NodeTransformer):
+    """`return x` -> `return RETURNED(x)` in one function, at the line of the return; nested scopes untouched."""
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:
+        value = node.value or ast.copy_location(ast.Constant(None), node)
+        node.value = ast.copy_location(ast.Call(ast.Name(RETURNED, ast.Load()), [value], []), value)
+        return node
+
+    def visit_FunctionDef(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
 
 def checkout_dir(root: Path) -> Path:
