@@ -52,7 +52,14 @@ def _failed(tests: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [t for t in tests if t.get("outcome") == "fail" and t.get("weak") is None]
 
 
-def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[str, Any]] = ()) -> tuple[list[dict], list[str]]:
+def _applies(clause: str, impl: str, declarations: Mapping[str, Any]) -> bool:
+    """A mechanism of another profile than the implementation declares is not applicable to it (the matrix's `n`): no entry."""
+    profile = (declarations.get(impl) or {}).get("profile")
+    return profile is None or CATALOGUE[clause].applies_to(profile)
+
+
+def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[str, Any]] = (),
+          declarations: Mapping[str, Any] | None = None) -> tuple[list[dict], list[str]]:
     """(defect entries, defects first, then hardening, then divergences; the failed tests that name no clause)."""
     groups: dict[tuple[str, str, str | None], list[tuple[Mapping[str, Any], dict]]] = {}
     unattributed: list[str] = []
@@ -61,7 +68,7 @@ def group(tests: Sequence[Mapping[str, Any]], implementations: Sequence[Mapping[
         causes = [c for c in causes if c.get("clause") in CATALOGUE]
         if not causes:
             unattributed.append(test["nodeid"])
-        for cause in causes:
+        for cause in (c for c in causes if _applies(c["clause"], test["impl"], declarations or {})):
             divergence = _divergence_in(test, cause)
             # One upstream design is one entry per tree, whatever signatures its failures show.
             signature = f"divergence {divergence}" if divergence in DIVERGENCES else cause.get("signature")
@@ -155,5 +162,5 @@ def _name(entries: list[dict]) -> None:
 
 def defects_of(data: Mapping[str, Any]) -> dict:
     """The report's `defects` part: {entries, naming_no_clause}."""
-    entries, unattributed = group(data.get("tests", []), data.get("implementations", []))
+    entries, unattributed = group(data.get("tests", []), data.get("implementations", []), data.get("declarations"))
     return {"entries": entries, "naming_no_clause": unattributed}
