@@ -227,7 +227,9 @@ class FileStorage(StorageBackend):
     def _verify(self, keys: list[str], targets: list[torch.Tensor], stored: list[tuple[str, int] | None], indices: list[int]) -> None:
         """Check the stored checksums of these read pages (one vectorized pass per algorithm); a mismatch is a miss."""
         for algorithm in {stored[i][0] for i in indices}:
-            same = [i for i in indices if stored[i][0] == algorithm]
+            # A page found damaged under an earlier algorithm is None by now: pages of two algorithms in one batch
+            # (a damaged algorithm id, a store shared across checksum settings) must not fail the whole read.
+            same = [i for i in indices if stored[i] is not None and stored[i][0] == algorithm]
             for i, value in zip(same, checksums(algorithm, [targets[i] for i in same])):
                 if bound_checksum(value, keys[i]) != stored[i][1]:
                     self.record_fault(keys[i], f"checksum mismatch ({algorithm}): the page is damaged or stored under another key")

@@ -84,6 +84,17 @@ def test_damaged_file_is_a_miss_and_a_fault(store, helpers, transform, reason):
     assert reason in faults[0].reason
 
 
+@pytest.mark.parametrize("damaged", [0, 1])
+def test_a_page_whose_algorithm_id_names_another_algorithm_misses_alone(store, helpers, damaged):
+    """Pages of two checksum algorithms in one read: the one that mismatches is a miss, the other still a hit, whichever is checked first."""
+    keys = [stored_page(store, helpers, label=f"page{i}", seed=i)[0] for i in range(2)]
+    crc32 = CHECKSUMS["crc32"].to_bytes(2, "little")
+    corrupt(store.path_for(keys[damaged]), lambda d: d[:6] + crc32 + d[8:])
+    got = store.get(keys, [torch.empty(32), torch.empty(32)])
+    assert got == [i != damaged for i in range(2)]
+    assert "checksum mismatch (crc32)" in store.faults[0].reason
+
+
 def test_size_in_header_that_differs_from_target_is_a_miss(store, helpers):
     key, _page = stored_page(store, helpers, numel=32)
     assert store.get([key], [torch.empty(16)]) == [False]
