@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from conformance.oracles.first_causes import said_with_causes
 from spec.config import TerminationConfig
 from spec.fence import TRAILING_POLICIES, HitPolicy
 from spec.invariants import Violation, check
@@ -68,7 +69,7 @@ def assert_loaded_writes(cache, loaded, writes: Mapping[int, Mapping[str, torch.
 def assert_no_violations(traces: Trace | Sequence[Trace], config: TerminationConfig | None, **kwargs) -> list[Violation]:
     __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     violations = check(traces, config, **kwargs)
-    assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:20])
+    assert not violations, "spec violations:\n" + "\n".join(said_with_causes(violations[:20], traces))
     return violations
 
 
@@ -125,7 +126,7 @@ def check_committed_outcome(cache: Any, trace: TraceRecorder, config: Terminatio
         assert loaded.tokens == committed, f"F8: {committed} tokens committed but a match now loads {loaded.tokens}"
     assert_loaded_bytes(cache, loaded, data, len(tokens))
     violations = spec_violations(trace, config)
-    assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])
+    assert not violations, "spec violations:\n" + "\n".join(said_with_causes(violations[:12], trace.trace()))
     assert_accounting_exact(cache)
     cache.evict_all()
     leaked = {name: allocated for name, (allocated, _free, _cap) in cache.slot_accounting().items() if allocated}

@@ -1,4 +1,4 @@
-"""Pins by each kind of holder: a prefetch hanging below a host-only node keeps that node on the host.
+"""Pins by each kind of holder: a prefetch hanging below a host-only node, a load-back making device room for its path.
 
 A prefetch of a prefix whose head is on the host only attaches its pages
 below the deepest backed-up node (its anchor) and pins it: host eviction
@@ -7,6 +7,9 @@ anchor leaves the tree with its host pages, and the commit hangs its pages
 below a node nothing reaches: a hit reported that the tree cannot serve,
 and host slots that never come back. The storage backup's pin and the
 load-back's device lock are held in conformance/suite/test_fence.py.
+
+A load-back whose path does not fit on the device makes room there first;
+the host pages it is about to copy must stay where they are meanwhile.
 """
 
 from __future__ import annotations
@@ -15,21 +18,29 @@ import pytest
 
 from conformance.oracles.outcome import assert_loaded_writes
 from conformance.scenarios.races import close_and_check_trace
+from conformance.oracles.outcome import assert_loaded_bytes
+from conformance.scenarios.races import stored_request
 from conformance.scenarios.workload import assert_whole_commit, drive, pool_data, request_data, request_tokens, store
 from spec.config import TerminationConfig
-from spec.trace import HOST, LOAD, Event, EventKind
+from spec.trace import HOST, LOAD, Event, EventKind, TraceRecorder
 
 PAGES = 4
 HEAD = 2  # pages of the prefix on the host only: the anchor
 
 
+def host_pages_freed(events, inserted_by: str, after: int, before: int | None = None) -> list[Event]:
+    """Frees of the host KV slots `inserted_by` committed, between trace positions `after` and `before`."""
+    inserted = {slot for e in events if e.kind is EventKind.INSERT and e.op == inserted_by and e.pool == "kv" for slot in e.slots}
+    before = len(events) if before is None else before
+    return [e for e in events if after < e.seq < before and e.kind is EventKind.FREE and e.space == HOST and e.pool == "kv"
+            and inserted.intersection(e.slots)]
+
+
 def anchor_pages_freed(events, anchor_op: str, op: str) -> list[Event]:
     """Frees of the host KV slots `anchor_op` inserted, after `op` started and before it committed."""
-    inserted = {slot for e in events if e.kind is EventKind.INSERT and e.op == anchor_op and e.pool == "kv" for slot in e.slots}
     started = next(e.seq for e in events if e.kind is EventKind.OP_START and e.op == op)
     ended = next((e.seq for e in events if e.kind is EventKind.COMMIT and e.op == op), len(events))
-    return [e for e in events if started < e.seq < ended and e.kind is EventKind.FREE and e.space == HOST and e.pool == "kv"
-            and inserted.intersection(e.slots)]
+    return host_pages_freed(events, anchor_op, started, ended)
 
 
 @pytest.mark.clause("F8", "S1", "S3", "S5")
@@ -72,3 +83,33 @@ def test_host_eviction_spares_the_anchor_of_a_running_prefetch(impl, make_cache,
     assert_loaded_writes(cache, cache.load_back(tokens), {len(head): head_data, len(tokens): data})
     cache.evict_all()
     close_and_check_trace(cache, trace, config, host_slots_left=0)
+
+
+@pytest.mark.clause("S3", "S5", "F8")
+def test_room_made_on_the_device_for_a_load_back_keeps_its_host_pages(impl, make_cache, trace, clock, tmp_path, profile, page_size):
+    """The device holds another prefix, written and not backed up; loading a host-only prefix back must make room by taking it.
+
+    Another server stored the prefix; this one backs a prefix up only once it
+    was hit twice, so the prefix it writes has no host copy, and its host
+    tier holds nothing but the prefix it prefetched.
+    """
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
+    shared = tmp_path / "shared-storage"
+    writer = make_cache(termination=config, storage_dir=shared, trace=TraceRecorder(clock, profile=profile.id))
+    tokens, data = stored_request(writer, seed=91, pages=PAGES, page_size=page_size)
+    writer.close()
+    cache = make_cache(termination=config, storage_dir=shared, batch_pages=2, device_pages=PAGES, write_policy="write_through_selective")
+    assert cache.prefetch("r0", tokens) == len(tokens)
+    cache.wait_prefetch_io("r0")
+    assert_whole_commit(drive(cache, ["r0"], trace=trace), "r0", len(tokens), "every page loaded")
+    other = request_tokens(92, PAGES * page_size)
+    cache.write(other, request_data(cache, other, 92))  # the device is full now, of a prefix with no backup
+    mark = trace.position()
+    try:
+        loaded = cache.load_back(tokens)
+    finally:
+        taken = host_pages_freed(trace.events(), "r0", mark)
+        assert not taken, (f"S3: making device room for the load-back of r0's prefix freed the host pages it was about to copy "
+                           f"(slots {taken[0].slots[:8]} at #{taken[0].seq}): the load-back read slots nobody holds")
+    assert_loaded_bytes(cache, loaded, data, len(tokens))
+    close_and_check_trace(cache, trace, config)

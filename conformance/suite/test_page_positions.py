@@ -41,7 +41,18 @@ def flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
-DAMAGES = {"removed": remove, "bit_flip": flip_last_byte}
+def truncate(path: Path) -> None:
+    """A torn write: the file cut to half its length (its header, in any layout that puts one first, intact)."""
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+
+
+def append_byte(path: Path) -> None:
+    """A write that ran past the page: one byte more than was stored."""
+    path.write_bytes(path.read_bytes() + b"\x00")
+
+
+DAMAGES = {"removed": remove, "bit_flip": flip_last_byte, "truncated": truncate, "appended": append_byte}
 
 
 def chosen(keys: list[str], position: str) -> str:
@@ -77,7 +88,11 @@ def test_a_page_damaged_after_the_existence_check(impl, make_cache, trace, gate,
         assert not attached, f"F10: a window of which {what} did not arrive was attached ({attached[0].describe()})"
     else:
         usable = (PAGES - len(keys) + keys.index(key)) * page_size  # pages before the damaged one, in request order
-        assert committed <= usable, f"F3: committed {committed} tokens though {what} did not arrive: at most {usable} were usable"
+        if damage == "removed":
+            assert committed <= usable, f"F3: committed {committed} tokens though {what} did not arrive: at most {usable} were usable"
+        else:  # a damaged page is a miss for it and every later page; the ones before it still load
+            assert committed == usable, (f"S7: committed {committed} tokens where the {usable} before the damaged page were stored intact: "
+                                         f"{what} must be a miss for that page and every later one, and only for those")
     loaded = cache.load_back(tokens)
     try:
         assert_loaded_bytes(cache, loaded, data, len(tokens))
@@ -85,4 +100,46 @@ def test_a_page_damaged_after_the_existence_check(impl, make_cache, trace, gate,
         if damage == "bit_flip" and str(exc).startswith("S5: "):
             raise AssertionError(f"S7: {what} was served as data: {str(exc)[4:]}") from None
         raise
+    close_and_check_trace(cache, trace, config)
+
+
+HEADER_BYTES = 48  # a header, in any layout that puts one first, and the start of the payload
+
+
+@pytest.mark.clause("S7", "S5", "F3")
+def test_any_one_damaged_byte_near_the_start_of_a_page_file(impl, make_cache, trace, tmp_path, page_size):
+    """Each of the first bytes of the second page's file damaged in turn, two ways: a miss for that page and every later one.
+
+    Whatever the byte holds (a header field, the payload), the page changed
+    after it was written: it is a miss, the page before it still loads, and
+    nothing served differs from what was stored.
+    """
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
+    cache = make_cache(termination=config, batch_pages=2)
+    tokens, data = stored_request(cache, seed=93, pages=PAGES, page_size=page_size)
+    key = list(dict.fromkeys(page_write_keys(trace, "kv")))[1]
+    files = [p for p in (tmp_path / "storage").rglob("*") if p.is_file() and p.name.endswith(key) and not p.name.startswith(".")]
+    if len(files) != 1:
+        pytest.skip(f"{impl.name} keeps no single file named after page key {key[:16]}... ({len(files)} found)")
+    intact = files[0].read_bytes()
+    for offset in range(min(HEADER_BYTES, len(intact))):
+        for mask in (0x01, 0x03):
+            damaged = bytearray(intact)
+            damaged[offset] ^= mask
+            files[0].write_bytes(bytes(damaged))
+            request = f"r{offset}-{mask}"
+            committed = 0
+            if cache.prefetch(request, tokens):
+                cache.wait_prefetch_io(request)
+                committed = drive(cache, [request], trace=trace)[request]
+            what = f"byte {offset} of page 2's file XOR {mask:#04x}"
+            assert committed == page_size, (
+                f"S7: committed {committed} tokens with {what}: the damaged page is a miss for it and every later one, "
+                f"and only for those ({page_size} tokens: page 1)")
+            try:
+                assert_loaded_bytes(cache, cache.load_back(tokens), data, len(tokens))
+            except AssertionError as exc:
+                raise AssertionError(f"S7: with {what}, bytes that differ from the stored ones were served: {exc}") from None
+            cache.evict_all()  # the next round reads storage again
+    files[0].write_bytes(intact)
     close_and_check_trace(cache, trace, config)

@@ -24,7 +24,7 @@ from conformance.scenarios.races import close_and_check_trace, fence_tokens, key
 from conformance.scenarios.snapshot_holds import SnapshotHoldTrace, SnapshotRelease, moved_between
 from conformance.scenarios.workload import drive, pass_deadline
 from spec.config import TerminationConfig
-from spec.trace import Event, EventKind
+from spec.trace import LOAD, Event, EventKind
 
 PAGES = 4
 BATCH = 2
@@ -37,11 +37,11 @@ def trace(clock, profile) -> SnapshotHoldTrace:
     return SnapshotHoldTrace(clock, profile=profile.id)
 
 
-def landed(pool_is_kv: bool, nth: int, trace) -> callable:
-    """r1's nth IO_LANDED of KV (pool_is_kv) or of an extra pool, counted in the trace."""
+def started(pool_is_kv: bool, nth: int, trace) -> callable:
+    """r1's nth load of KV (pool_is_kv) or of an extra pool, held before its storage call (which may raise, and then never lands)."""
 
     def ours(e: Event) -> bool:
-        return e.kind is EventKind.IO_LANDED and e.op == "r1" and (e.pool == "kv") == pool_is_kv
+        return e.kind is EventKind.IO_START and e.value == LOAD and e.op == "r1" and (e.pool == "kv") == pool_is_kv
 
     return lambda e: ours(e) and sum(1 for x in trace.events() if x.seq <= e.seq and ours(x)) == nth
 
@@ -93,7 +93,7 @@ def test_a_vote_is_the_vote_of_the_snapshot_it_recorded(impl, make_cache, trace,
     tokens, data = stored_request(cache, seed=81, pages=PAGES, page_size=page_size)
     if moved == "failed_kv_batch":
         first = gate.hold("first KV batch", lambda e: e.kind is EventKind.IO_START and e.op == "r1" and e.pool == "kv")
-    held = gate.hold(MOVES[moved], landed(moved != "extra_pools", PAGES // BATCH if moved != "extra_pools" else 1, trace))
+    held = gate.hold(MOVES[moved], started(moved != "extra_pools", PAGES // BATCH if moved != "extra_pools" else 1, trace))
     assert cache.prefetch("r1", tokens) == len(tokens)
     if moved == "failed_kv_batch":
         first.wait_reached()
@@ -145,7 +145,7 @@ def test_the_commit_snapshot_is_read_with_the_terminate_mark(impl, make_cache, t
     config = TerminationConfig(policy=policy, page_size=page_size)
     cache = make_cache(termination=config, batch_pages=BATCH)
     tokens, data = stored_request(cache, seed=82, pages=PAGES, page_size=page_size)
-    held = gate.hold("the last KV batch landed", landed(True, PAGES // BATCH, trace))
+    held = gate.hold("the last KV batch", started(True, PAGES // BATCH, trace))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     if policy == "timeout":

@@ -1,0 +1,66 @@
+"""A trace violation said as the rule whose breaking caused it, with the violation itself beside it.
+
+The spec's checkers judge what the trace shows; some of what they see is the
+consequence of another clause broken first. A slot freed while IO into it
+is in flight breaks S3, and the free is there because something did not
+wait: an operation that freed its own slot under its own load broke F5
+(the IO's end frees it), a free that did not wait for a copy between the
+tiers broke F9. A slot inserted while its operation's own load into it
+still runs (S1) was committed past what that pool had loaded: the commit
+broke F3. Each such line leads with that cause, so a failure names the
+rule a maintainer must fix, and keeps the checker's line beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from spec.trace import LOAD, LOAD_BACK_COPY, WRITE_BACK_COPY, Event, EventKind, Trace
+from spec.trace_checks import Violation
+
+_FREED_UNDER_IO = re.compile(r"^freed while IO ([\d,]+) into or out of it is in flight")
+_INSERTED_UNDER_IO = re.compile(r"^inserted while IO ([\d,]+) into it is in flight")
+_PATTERNS = {"S3": _FREED_UNDER_IO, "S1": _INSERTED_UNDER_IO}
+COPIES = {LOAD_BACK_COPY: "load-back copy", WRITE_BACK_COPY: "write-back copy"}
+
+
+def said_with_causes(violations: Iterable[Violation], traces: Trace | Iterable[Trace]) -> list[str]:
+    """Each violation as a failure line: its cause's clause first where the trace shows one, else the violation alone."""
+    by_rank = {t.rank: t for t in ([traces] if isinstance(traces, Trace) else traces)}
+    starts: dict[int, dict[int, Event]] = {}
+    out = []
+    for v in violations:
+        cause = None
+        pattern = _PATTERNS.get(v.clause)
+        found = pattern.match(v.message) if pattern is not None and v.event is not None else None
+        if found is not None and v.event.rank in by_rank:
+            ios = starts.setdefault(v.event.rank, _io_starts(by_rank[v.event.rank].events))
+            cause = _cause(v.event, [ios[int(io)] for io in found.group(1).split(",") if int(io) in ios])
+        out.append(f"{cause}; beside it, {v}" if cause else str(v))
+    return out
+
+
+def _io_starts(events: Iterable[Event]) -> Mapping[int, Event]:
+    return {e.io: e for e in events if e.kind is EventKind.IO_START and e.io is not None}
+
+
+def _cause(e: Event, open_ios: list[Event]) -> str | None:
+    if e.kind is EventKind.INSERT:
+        own = next((io for io in open_ios if io.value == LOAD and e.op is not None and io.op == e.op), None)
+        if own is None:
+            return None
+        return (f"F3: {e.op} committed a page of pool {e.pool} whose own load IO {own.io} into it had not ended "
+                f"(the commit was not clamped to what every pool had loaded)")
+    return _free_cause(e, open_ios)
+
+
+def _free_cause(free: Event, open_ios: list[Event]) -> str | None:
+    copy = next((e for e in open_ios if e.value in COPIES), None)
+    if copy is not None:
+        return f"F9: a {free.space} slot of pool {free.pool} was freed while the {COPIES[copy.value]} IO {copy.io} through it was pending"
+    own = next((e for e in open_ios if e.value == LOAD and free.op is not None and e.op == free.op), None)
+    if own is not None:
+        return (f"F5: {free.op} freed a slot while its own load IO {own.io} into it was in flight, "
+                f"instead of leaving it to whoever ends that IO")
+    return None
