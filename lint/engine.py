@@ -36,11 +36,7 @@ T = TypeVar("T")
 
 def extra_sites(method: "MethodAnalysis") -> list[MethodSite]:
     """Sites of the commit methods checked with this method (for their suppression comments)."""
-    if method.commit is None:
-        return []
-    cls, index = method.site.class_qualname, method.site.index
-    return [MethodSite(cls, name, def_line, first, end, col, index)
-            for name, (first, def_line, end, col) in method.commit.spans.items()]
+    return list(method.commit.sites.values()) if method.commit is not None else []
 
 
 def ignores_for(config: Config, start: Path) -> Ignores:

@@ -24,14 +24,14 @@ element's other attributes (names, keys, policies) only look at it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Optional
 
 import libcst as cst
 
 from lint.analysis.commit_state import Signals, State, getattr_key, is_constant, positional, reads_done
 from lint.cstutil import and_operands, children, is_name, or_operands, string_value, walk
-from lint.locate import MethodSite
+from lint.locate import ClassIndex, MethodSite
 from lint.unit import ParsedMethod
 
 _INSPECT = frozenset({"len", "bool", "isinstance", "print", "repr", "str", "id", "hash", "type", "getattr",
@@ -63,9 +63,7 @@ class CommitPath:
     missing: list[str]  # configured commit methods the class does not define
     checks_done: bool  # some commit method (or helper it calls) reads pool_transfers_done
     unguarded: list[SidecarUse] = field(default_factory=list)
-    def_lines: dict[str, int] = field(default_factory=dict)
-    # (first line with decorators, def line, end line, column) of each commit method: its suppression comments
-    spans: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    sites: dict[str, MethodSite] = field(default_factory=dict)  # of each commit method found: its lines, its suppressions
 
 
 def _nested(function: Function) -> dict[str, Function]:
@@ -453,8 +451,5 @@ def analyze_commit(methods: Callable[[str], Optional[ParsedMethod]], sites: dict
     path = CommitPath(found, [n for n in names if n not in sites],
                       any(reads_done(f, signals.flag) for f in walk_.reached.values()))
     path.unguarded = sorted(walk_.uses.values(), key=lambda u: (u.line, u.col))
-    for name in found:
-        site = sites[name]
-        path.def_lines[name] = site.def_line
-        path.spans[name] = (site.first_line, site.def_line, site.end_line, site.col_offset)
+    path.sites = {name: replace(sites[name], index=ClassIndex()) for name in found}  # the class's stdlib tree not kept
     return path

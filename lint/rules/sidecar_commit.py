@@ -195,7 +195,7 @@ class SidecarCommitGuard(MethodRule):
         cls = method.site.class_qualname
         if not path.checks_done:
             first = path.methods[0]
-            line = path.def_lines[first]
+            line = path.sites[first].def_line
             yield self._finding(method, cls, first, line, method.column_of_line(line),
                                 f"none of {', '.join(f'{cls}.{n}' for n in path.methods)} checks "
                                 f"{method.flag}, where the configuration puts the check: sidecar results "
@@ -210,4 +210,4 @@ class SidecarCommitGuard(MethodRule):
 
     def _finding(self, method: "MethodAnalysis", cls: str, name: str, line: int, col: int, message: str) -> Finding:
         assert method.commit is not None
-        return Finding(method.path, line, col, self.code, message, f"{cls}.{name}", method.commit.def_lines[name])
+        return Finding(method.path, line, col, self.code, message, f"{cls}.{name}", method.commit.sites[name].def_line)
