@@ -33,16 +33,16 @@ def _params(runtime: Runtime, name: str, **fields: Any) -> Any:
     return getattr(runtime.module("base_prefix_cache"), name)(**fields)
 
 
-def match(runtime: Runtime, cache: Any, tokens: Sequence[int]) -> Any:
-    key = radix_key(runtime, tokens)
+def match(runtime: Runtime, cache: Any, key: Any) -> Any:
+    """match_prefix of a key the session built (LiveSession.radix_key: the form the tree's scheduler passes)."""
     if takes_params(cache.match_prefix):
         return cache.match_prefix(_params(runtime, "MatchPrefixParams", key=key))
     return cache.match_prefix(key=key)
 
 
-def insert(runtime: Runtime, cache: Any, tokens: Sequence[int], slots: Any) -> int:
-    """Insert the tokens' slots; the length of the prefix the tree already held (its slots the caller frees)."""
-    key = radix_key(runtime, tokens)
+def insert(runtime: Runtime, cache: Any, key: Any, slots: Any) -> int:
+    """Insert a key's slots (the key as the session built it); the length of the prefix the tree already held (its
+    slots the caller frees)."""
     if takes_params(cache.insert):
         result = cache.insert(_params(runtime, "InsertParams", key=key, value=slots))
     else:

@@ -115,7 +115,7 @@ class LiveSession:
         return calls.radix_key(self.runtime, tokens)
 
     def _node_hit(self, tokens: Sequence[int]) -> Any:
-        return calls.match(self.runtime, self.cache, tokens)
+        return calls.match(self.runtime, self.cache, self.radix_key(tokens))
 
     def storage_file_name(self, key: str) -> str:
         return f"{self.backend._get_suffixed_key(key)}.bin"
@@ -160,7 +160,7 @@ class LiveSession:
         self.kv.write(slots, data[KV][:aligned])
         for sidecar in self.sidecars:
             sidecar.stage(slots, {name: rows[:aligned] for name, rows in data.items()})
-        prefix_len = calls.insert(self.runtime, self.cache, tokens[:aligned], slots)
+        prefix_len = calls.insert(self.runtime, self.cache, self.radix_key(tokens[:aligned]), slots)
         if prefix_len:
             self.allocator.free(slots[:prefix_len])  # the tree already held that prefix (as upstream's scheduler frees it)
 
@@ -334,6 +334,7 @@ class LiveSession:
             return
         self.taps.wait_all_io_done(self.env.wait_timeout_s)
         self.cache.check_hicache_events()
+
 
 def held_host_room(kv_host: Any, tokens: int) -> torch.Tensor:
     """Host slots taken before the test, standing for other requests' data the tree cannot evict (pinned by their own

@@ -319,7 +319,7 @@ def test_abort_mid_prefetch_returns_every_slot(rig, impl, policy, when):
 
 # --- host slots exhausted -------------------------------------------------------------------------
 
-@pytest.mark.clause("S8", "F8", "S3", "S5")
+@pytest.mark.clause("S8", "F8", "S3", "S5", "L1", "F11")
 @pytest.mark.parametrize(("host_pages", "threshold_pages"), [(3, 1), (1, 2)], ids=["shrinks", "skipped"])
 def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, threshold_pages, page_size):
     writer = rig.make("wait_complete")
@@ -339,7 +339,11 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
         # The hit may be shorter than what fits: a state pool's hit ends where a state is stored.
         hits = [int(e.value) for e in rig.trace.events() if e.kind is EventKind.HIT and e.op == RID]
         hit_tokens = (hits[-1] if hits else 0) * page_size
-        assert committed == hit_tokens <= requested, f"L1: wait_complete committed {committed} tokens of a {hit_tokens}-token hit ({requested} requested)"
+        assert hit_tokens <= requested, f"S8: a {hit_tokens}-token hit from a prefetch of {requested} tokens"
+        # A shrunk prefetch ends where no state is stored: the fence commits its KV and drops the state (F4); committing
+        # less is short, not stuck.
+        short = "F11" if trailing_pools(cache) and committed < hit_tokens else "L1"
+        assert committed == hit_tokens, f"{short}: wait_complete committed {committed} tokens of a {hit_tokens}-token hit ({requested} requested)"
         served = sum(cache.match(tokens))
         assert served >= committed, f"F8: {committed} tokens committed, but a match serves only {served}"
         rig.trace.wait_for_event(EventKind.IO_DONE, RID, WAIT_S)

@@ -179,8 +179,8 @@ def runtime_with(radix_key: bool) -> SimpleNamespace:
 
 def test_each_call_takes_the_shape_the_trees_own_signature_asks_for():
     older, newer = OlderCache(), NewerCache()
-    assert calls.insert(runtime_with(False), older, [1, 2, 3, 4], torch.arange(4)) == 4
-    assert calls.insert(runtime_with(True), newer, [1, 2], torch.arange(2)) == 0
+    assert calls.insert(runtime_with(False), older, calls.radix_key(runtime_with(False), [1, 2, 3, 4]), torch.arange(4)) == 4
+    assert calls.insert(runtime_with(True), newer, calls.radix_key(runtime_with(True), [1, 2]), torch.arange(2)) == 0
     calls.evict(runtime_with(False), older, 12)
     match = SimpleNamespace(last_host_node="node", host_hit_length=8)  # no best_match_node: the older MatchResult
     assert torch.equal(calls.init_load_back(runtime_with(False), older, match), torch.arange(2))
