@@ -277,7 +277,7 @@ class RankContext:
             termination=termination,
             # One storage for every rank, as a deployment gives its ranks one directory or service: each rank's
             # shard is its own (its keys or folder name the rank), and a rank-replicated KV is stored once for all.
-            storage_dir=Path(self.plan.workdir) / f"scenario{self.index}" / f"cache{index}",
+            storage_dir=env_fields.pop("storage_dir", Path(self.plan.workdir) / f"scenario{self.index}" / f"cache{index}"),
             clock=clock,
             trace=trace,
             extra_pools=tuple(env_fields.pop("extra_pools", self.adapter.default_extra_pools)),

@@ -3,7 +3,9 @@
 Three kinds of case replay standalone, each from data the run recorded:
 
 - an exploration schedule: the scenario's fields and the schedule that
-  failed (conformance/scenarios/explore.py replays it; shrink.py makes it smaller);
+  failed (conformance/scenarios/explore.py replays it; shrink.py makes it
+  smaller), or a cross-rank one (conformance/multirank/explore/ replays it
+  on real ranks);
 - a decision-table state: the row where the implementation's decision or
   vote differs from its profile's (the test's `decision_table` rows);
 - a storage error: the pool and direction of the transfer whose injected
@@ -30,12 +32,12 @@ FOREIGN = re.compile(r"differ from the writer's only in (dtype_same_width|dtype|
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "exploration" | "decision" | "storage_error" | "foreign_pages"
+    kind: str  # "exploration" | "crossrank" | "decision" | "storage_error" | "foreign_pages"
     fields: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""  # the test it came from
 
     def sort_key(self) -> tuple:
-        if self.kind == "exploration":
+        if self.kind in ("exploration", "crossrank"):
             s = self.fields["scenario"]
             return (0, s["kv_batches"], s["ticks"] + s["aborts"], s["kv_batches"] * s["batch_pages"], len(self.fields["schedule"].split(",")), self.source)
         return (("decision", "storage_error", "foreign_pages").index(self.kind) + 1, self.source)
@@ -56,8 +58,9 @@ def implementation_source(impl: str, implementations: Any) -> dict | None:
 
 
 def _exploration(entry: Mapping[str, Any], impl: str) -> list[Case]:
-    return [Case("exploration", {"scenario": s["scenario"], "schedule": s["schedule"]}, s["nodeid"])
-            for s in entry.get("schedules", []) if s["impl"] == impl]
+    # A cross-rank scenario (conformance/multirank/explore/) names its ranks; the single-rank explorer's does not.
+    return [Case("crossrank" if "world_size" in s["scenario"] else "exploration", {"scenario": s["scenario"], "schedule": s["schedule"]},
+                 s["nodeid"]) for s in entry.get("schedules", []) if s["impl"] == impl]
 
 
 def _decision(entry: Mapping[str, Any], impl: str, data: Mapping[str, Any]) -> list[Case]:

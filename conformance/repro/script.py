@@ -36,6 +36,7 @@ Written by `pytest --conformance-repro` ({suite}) from the run of {started}.
 # What each kind of replay needs besides sys and the runtime's main.
 IMPORTS = {
     "exploration": ["from conformance.scenarios import catalogue, explore"],
+    "crossrank": ["from conformance.multirank.explore import CrossRankScenario, replay as replay_on_ranks"],
     "decision": ["import math", "from conformance.report.decision_rows import describe_state", "from spec.config import TerminationConfig",
                  "from spec.decision import DecisionState",
                  "from spec.profiles import profile as find_profile", "from spec.timeout import timeout_budget",
@@ -50,6 +51,14 @@ def {name}(make_cache):
     """Scenario {scenario_name}, schedule {schedule!r}: one prefetch, each IO step and scheduler step in this order."""
     scenario = catalogue.Scenario({scenario})
     explore.replay(make_cache, scenario, {schedule!r}, profile=make_cache.profile)
+'''
+
+CROSSRANK = '''
+
+def {name}(make_cache):
+    """Cross-rank scenario {scenario_name}, schedule {schedule!r}: real ranks, each one's setup and actions in this order."""
+    scenario = CrossRankScenario.from_fields({fields!r})
+    replay_on_ranks(make_cache.adapter, scenario, {schedule!r}, workdir=make_cache.storage_dir / "ranks")
 '''
 
 DECISION = '''
@@ -147,6 +156,9 @@ def _function(index: int, case: Case, clause: str) -> tuple[str, str]:
         defaults = {f.name: f.default for f in dataclasses.fields(Scenario) if f.default is not dataclasses.MISSING}
         arguments = ", ".join(f"{k}={v!r}" for k, v in scenario.items() if k not in defaults or defaults[k] != v)
         return name, EXPLORATION.format(name=name, scenario=arguments, scenario_name=scenario["name"], schedule=case.fields["schedule"])
+    if case.kind == "crossrank":
+        fields = dict(case.fields["scenario"])
+        return name, CROSSRANK.format(name=name, fields=fields, scenario_name=fields["name"], schedule=case.fields["schedule"])
     if case.kind == "decision":
         row = case.fields["row"]
         return name, DECISION.format(name=name, state=repr(row["state"]), where=row["where"], offset=OFFSETS.get(row["where"], "0.0"), clause=clause)
@@ -164,6 +176,9 @@ def how(cases: Mapping[str, Case]) -> str:
         if case.kind == "exploration":
             lines.append(f"On {impl}: replays scenario {case.fields['scenario']['name']}, schedule '{case.fields['schedule']}'"
                          + (f" (shrunk from '{case.fields['found']}')" if case.fields.get("found") not in (None, case.fields["schedule"]) else "") + ".")
+        elif case.kind == "crossrank":
+            lines.append(f"On {impl}: replays cross-rank scenario {case.fields['scenario']['name']} on "
+                         f"{case.fields['scenario']['world_size']} ranks, schedule '{case.fields['schedule']}'.")
         elif case.kind == "decision":
             lines.append(f"On {impl}: places the decision state of the table row '{case.fields['row']['clause']}' ({case.fields['row']['where']}) in one operation.")
         elif case.kind == "foreign_pages":

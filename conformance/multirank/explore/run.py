@@ -1,0 +1,113 @@
+"""The parent's side of a cross-rank exploration: one launch of ranks, its summary, a failure named and replayable.
+
+    result = explore(adapter, SCENARIOS["abort/wait_complete"], workdir=tmp, source=["--cache-impl", "caches.adapters:hiradix"])
+    replay(adapter, SCENARIOS["abort/wait_complete"], "abort1,check", workdir=tmp)
+
+A failure raises CrossRankExplorationError: the oracle's lines (each naming
+its clause), the schedule, how many passed before it, and the command that
+replays that schedule alone (`python -m conformance.multirank.explore`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from conformance.bounds import LAUNCH_S
+from conformance.errors import ConformanceFailure
+from conformance.multirank.checks import scenario_problems
+from conformance.multirank.explore import entry
+from conformance.multirank.explore.model import CURRENT_FILE, EXPLORE_SCENARIO, SUMMARY_NOTE, CrossRankScenario
+from conformance.multirank.launch import MultiRankError, launch
+from conformance.multirank.records import AdapterRef, Scenario, adapter_ref
+from conformance.scenarios.explore import ReplayError
+
+
+
+class CrossRankExplorationError(ConformanceFailure):
+    """A schedule failed; the message carries the clauses, the schedule and how to replay it."""
+
+    def __init__(self, message: str, *, scenario: CrossRankScenario, schedule: str, explored: int) -> None:
+        super().__init__(message)
+        self.scenario = scenario
+        self.schedule = schedule
+        self.explored = explored
+
+
+class CrossRankReplayError(ReplayError):
+    """A replayed schedule named an action the implementation no longer enables there."""
+
+
+@dataclass(frozen=True)
+class CrossRankExploration:
+    """What one exploration did: schedules run, the schedules a partial-order reduction alone would run, every interleaving."""
+
+    scenario: CrossRankScenario
+    explored: int
+    classes: int
+    naive: int
+    elapsed_s: float
+    setups: int
+
+    @property
+    def per_second(self) -> float:
+        return self.explored / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Naive schedules per schedule explored."""
+        return self.naive / self.explored if self.explored else 0.0
+
+
+def replay_command(source: Sequence[str], scenario: CrossRankScenario, schedule: str) -> str:
+    """The command that replays one schedule alone; source: the options that build the implementation."""
+    return shlex.join(["python", "-m", "conformance.multirank.explore", *source, "--scenario", scenario.name, "--schedule", schedule])
+
+
+def explore(adapter: Any, scenario: CrossRankScenario, *, workdir: Path, device: str = "cpu", source: Sequence[str] = (),
+            only: str | None = None, cli_specs: Sequence[str] = (), total_timeout_s: float = LAUNCH_S,
+            hang_timeout_s: float | None = None) -> CrossRankExploration:
+    """Every schedule of `scenario` on real ranks (or the schedule `only`); raises CrossRankExplorationError at the first failing one."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
+    ref = adapter if isinstance(adapter, AdapterRef) else adapter_ref(adapter, cli_specs)
+    preload = [entry.MODULE, *([type(adapter).__module__] if not isinstance(adapter, AdapterRef) else []),
+               *getattr(adapter, "preload_modules", ())]
+    workdir = Path(workdir)
+    (workdir / CURRENT_FILE).unlink(missing_ok=True)
+    launched = Scenario(EXPLORE_SCENARIO, {"scenario": scenario.as_fields(), "only": only})
+    extra = {"hang_timeout_s": hang_timeout_s} if hang_timeout_s is not None else {}
+    try:
+        result = launch(ref, [launched], world_size=scenario.world_size, device=device, workdir=workdir, preload=preload,
+                        total_timeout_s=total_timeout_s, **extra)
+    except MultiRankError as exc:
+        schedule = (workdir / CURRENT_FILE).read_text() if (workdir / CURRENT_FILE).exists() else ""
+        raise _failure(str(exc), scenario, schedule, None, source) from None
+    outcome = result.outcomes[0] if result.outcomes else None
+    summary = outcome.ranks[0].notes.get(SUMMARY_NOTE) if outcome is not None else None
+    if summary is None:
+        problems = scenario_problems(outcome) if outcome is not None else result.fatal
+        schedule = (workdir / CURRENT_FILE).read_text() if (workdir / CURRENT_FILE).exists() else ""
+        raise _failure("\n".join(problems) or "the exploration ended without a summary", scenario, schedule, None, source)
+    if summary.failed_schedule is not None:
+        if only is not None and any(f"{ReplayError.__name__}: " in p for p in summary.problems):
+            raise CrossRankReplayError("\n".join(summary.problems))
+        raise _failure("\n".join(summary.problems), scenario, summary.failed_schedule, summary.explored - 1, source)
+    return CrossRankExploration(scenario, summary.explored, summary.classes, summary.naive, summary.elapsed_s, summary.setups)
+
+
+def replay(adapter: Any, scenario: CrossRankScenario, schedule: str, *, workdir: Path, **kwargs: Any) -> CrossRankExploration:
+    """One schedule alone: its actions exactly, then the finish; raises as explore() does."""
+    __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
+    return explore(adapter, scenario, workdir=workdir, only=schedule, **kwargs)
+
+
+def _failure(problems: str, scenario: CrossRankScenario, schedule: str, passed: int | None, source: Sequence[str]) -> CrossRankExplorationError:
+    after = f" (after {passed} schedules passed)" if passed is not None else ""
+    where = f"cross-rank scenario {scenario.name}: schedule '{schedule}' failed{after}" if schedule else (
+        f"cross-rank scenario {scenario.name}: the launch failed before its first schedule")
+    lines = [problems, where]
+    if schedule and source:
+        lines.append(f"replay: {replay_command(source, scenario, schedule)}")
+    return CrossRankExplorationError("\n".join(lines), scenario=scenario, schedule=schedule, explored=passed or 0)
