@@ -7,7 +7,7 @@ it should be, and so a test that loses the first page (or whichever a
 sorted file list puts first) passes; lose the last page instead and the
 commit attaches a window with a page of garbage in it.
 
-Must be caught by: F10 (conformance/suite/test_page_positions.py, the
+Must be caught by: F10 (conformance/suite/test_damaged_pages.py, the
 window's last page).
 """
 

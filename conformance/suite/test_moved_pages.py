@@ -51,7 +51,8 @@ def test_a_page_moved_in_from_another_configuration_is_a_miss(impl, make_cache, 
         committed = drive(cache, ["r1"], trace=trace)["r1"]
     usable = keys.index(key) * page_size
     page = f"page {keys.index(key) + 1} of {PAGES}"
-    assert committed <= usable, f"S6: {page} was replaced by another model's page of the same name and length, yet {committed} tokens were committed (at most {usable} are this model's)"
+    assert committed <= usable, (f"S6: {page} was replaced by another model's page of the same name and length, yet {committed} tokens "
+                                 f"were committed (at most {usable} are this model's); beside it, S7: its header names another namespace")
     try:
         assert_loaded_bytes(cache, cache.load_back(tokens), data, len(tokens))
     except AssertionError as exc:

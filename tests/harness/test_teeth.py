@@ -69,7 +69,7 @@ RUNS = {
     # Host eviction while a prefetch hangs below a host-only node.
     "anchor_pins": Selection("test_anchor_pins", ("anchor_pin_released_early",), "hiradix"),
     # The window's last page lost after the existence check.
-    "page_positions": Selection("test_page_positions", ("window_counts_leading_pages",), "unified_radix_swa"),
+    "damaged_pages": Selection("test_damaged_pages", ("window_counts_leading_pages",), "unified_radix_swa"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
 }
