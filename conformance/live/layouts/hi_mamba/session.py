@@ -22,7 +22,7 @@ import torch
 from conformance.live import collectives, evidence
 from conformance.live.layouts.hi_mamba import LAYOUT
 from conformance.live.configuration import configure_through
-from conformance.live.layouts.hi_mamba.sidecar import MAMBA, MambaSidecar
+from conformance.live.layouts.hi_mamba.sidecar import MAMBA, MambaSidecar, state_allocator
 from conformance.live.runtime import Runtime
 from conformance.live.session import LiveSession
 from conformance.live.taps import KV
@@ -109,4 +109,4 @@ def write_with_state(session: LiveSession, tokens: Sequence[int], data: Mapping[
     if result.prefix_len:
         session.allocator.free(slots[: result.prefix_len])
     if result.mamba_exist:
-        session.req_pool.mamba_allocator.free(state_slot)
+        state_allocator(session.req_pool).free(state_slot)

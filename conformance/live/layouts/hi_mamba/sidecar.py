@@ -69,7 +69,7 @@ class MambaSidecar(Sidecar):
         tap_attach(taps, self.cache.mamba_host_lru_list, MAMBA, "mamba_host_value")
 
     def alloc_state(self) -> torch.Tensor:
-        allocator = self.req_pool.mamba_allocator
+        allocator = state_allocator(self.req_pool)
         slot = allocator.alloc(1)
         if slot is None:
             self.cache.evict(self.modules["base_prefix_cache"].EvictParams(mamba_num=1))
@@ -108,4 +108,11 @@ class MambaSidecar(Sidecar):
         return storage.PoolTransfer(name=storage.PoolName.MAMBA, keys=["probe"], hit_policy=storage.PoolHitPolicy.TRAILING_PAGES)
 
     def accounting(self) -> dict[str, tuple[int, int, int]]:
-        return {"host:mamba": accounting(self.host), "device:mamba": accounting(self.req_pool.mamba_allocator)}
+        return {"host:mamba": accounting(self.host), "device:mamba": accounting(state_allocator(self.req_pool))}
+
+
+def state_allocator(req_pool: Any) -> Any:
+    """The device state slots' allocator: an object of its own from 2026-06 on (mamba_allocator), the mamba pool itself
+    before (read off the pool the session built, never from a version)."""
+    allocator = getattr(req_pool, "mamba_allocator", None)
+    return allocator if allocator is not None else req_pool.mamba_pool
