@@ -12,6 +12,7 @@ They are never registered as entry points.
 
 from caches.variants.anchor_pin_released_early import anchor_pin_released_early
 from caches.variants.degraded_key_kept import degraded_key_kept
+from caches.variants.drain_skipped_when_idle import drain_skipped_when_idle
 from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
 from caches.variants.free_ignores_load_backs import free_ignores_load_backs
 from caches.variants.guard_after_reduce import guard_after_reduce
@@ -20,9 +21,12 @@ from caches.variants.guard_on_vote import guard_on_vote
 from caches.variants.namespace_dtype_by_width import namespace_dtype_by_width
 from caches.variants.namespace_ignores_layout import namespace_ignores_layout
 from caches.variants.payload_drops_terminated import payload_drops_terminated
+from caches.variants.sidecar_hit_unreduced import sidecar_hit_unreduced
+from caches.variants.state_attached_locally import state_attached_locally
 from caches.variants.snapshot_before_mark import snapshot_before_mark
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
+from caches.variants.vote_over_attn_tp_only import vote_over_attn_tp_only
 from caches.variants.vote_reads_live_progress import vote_reads_live_progress
 from caches.variants.window_agreed_locally import window_agreed_locally
 from caches.variants.window_counts_leading_pages import window_counts_leading_pages
@@ -42,6 +46,10 @@ EXPECTED_FAILURES = {
     "extra_vote_on_one_group": ("L3",),
     "namespace_ignores_layout": ("S6",),
     "degraded_key_kept": ("S8",),
+    "drain_skipped_when_idle": ("L3",),
+    "state_attached_locally": ("F4",),
+    "sidecar_hit_unreduced": ("S4", "F3"),
+    "vote_over_attn_tp_only": ("X1",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -51,4 +59,5 @@ __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_win
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
            "namespace_ignores_layout", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early",
-           "window_counts_leading_pages", "degraded_key_kept", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "window_counts_leading_pages", "degraded_key_kept", "drain_skipped_when_idle", "state_attached_locally",
+           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "EXPECTED_FAILURES", "ONLY_THESE"]

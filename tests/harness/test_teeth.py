@@ -44,22 +44,26 @@ class Selection:
     baseline: str | None  # the built-in cache the variants derive from, run alongside (None: not in this run)
 
 
+# The cross-rank explorations: the whole-suite runs leave them out, as they leave the 4-rank launches (each explores
+# many schedules on ranks); the runs of the cross-rank variants below select them.
+CROSSRANK = "test_every_cross_rank_divergence"
+
 # run name -> what it runs and must catch
 RUNS = {
     "decision": Selection("test_decision", ("guard_missing", "guard_on_vote", "guard_after_reduce"), "hiradix"),
     "windows": Selection("test_windows", ("upstream_windows",), "hiradix"),
     # The whole suite, so "only these clauses" means something (its 4-rank runs repeat the 2-rank ones
     # at twice the cost); hiradix passes all of it in the main run.
-    "upstream_shapes": Selection("not 4ranks", ("upstream_pre_fix", "upstream_vote_forcing"), None),
+    "upstream_shapes": Selection(f"not 4ranks and not {CROSSRANK}", ("upstream_pre_fix", "upstream_vote_forcing"), None),
     # Two ranks suffice; each failing launch also waits out the hang bound for the rank left in its commit.
     "terminated_on_one_rank": Selection("test_terminated_on_one_rank and 2ranks", ("payload_drops_terminated",), "hi_mamba_radix"),
     # Matches that ignore the sliding window: the whole suite, so that F10 alone failing means something.
-    "swa_window": Selection("not 4ranks", ("window_unchecked",), "unified_radix_swa"),
+    "swa_window": Selection(f"not 4ranks and not {CROSSRANK}", ("window_unchecked",), "unified_radix_swa"),
     # A window attached on the ranks that loaded it only: two ranks serve different prefixes.
     "swa_ranks": Selection("test_every_rank_serves_the_same_prefix", ("window_agreed_locally",), "unified_radix_swa"),
     # Pages of another host layout (the same bytes in another order) under one namespace: the whole
     # single-rank suite, so that S6 alone failing means the namespace is all that changed.
-    "foreign_layout": Selection("not 2ranks and not 4ranks and not 2x2", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
+    "foreign_layout": Selection(f"not 2ranks and not 4ranks and not 2x2 and not {CROSSRANK}", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
     # IO moved between a snapshot and its use: a vote that reads the live operation, a commit snapshot taken before the mark.
@@ -72,6 +76,11 @@ RUNS = {
     "damaged_pages": Selection("test_damaged_pages", ("window_counts_leading_pages",), "unified_radix_swa"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
+    # The cross-rank explorer finds each cross-rank class from what it explores, no scenario naming the defect.
+    "crossrank": Selection(f"{CROSSRANK} and landed/best_effort", ("drain_skipped_when_idle", "sidecar_hit_unreduced"),
+                           "hiradix"),
+    "crossrank_state": Selection(f"{CROSSRANK} and landed/best_effort", ("state_attached_locally",), "hi_mamba_radix"),
+    "crossrank_groups": Selection(f"{CROSSRANK} and groups", ("vote_over_attn_tp_only",), "unified_radix"),
 }
 SHAPE_WORDS = {
     "upstream_pre_fix": "matches upstream before its extra-pool guard (HiRadixCache at 991689fd0~1)",
