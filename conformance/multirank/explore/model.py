@@ -48,6 +48,7 @@ CHECK = "check"
 EXPLORE_SCENARIO = "crossrank"
 SCHEDULE_SCENARIO = "crossrank_schedule"
 CURRENT_FILE = "explore-current.txt"  # in the launch's workdir: the schedule running now (a hang's report names it)
+FAILURES_FILE = "explore-failures.pkl"  # in the launch's workdir: the failures found so far (search.Failure)
 SUMMARY_NOTE = "explore"  # the result note carrying an exploration's summary (search.Summary)
 REQUEST = "r1"
 SECOND_REQUEST = "r2"  # the room setups' second request: written, never prefetched

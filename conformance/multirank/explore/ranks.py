@@ -7,11 +7,15 @@ schedule every rank hands its result to rank 0 through the store; rank 0
 judges it with the multi-rank oracle (conformance/multirank/checks.py: the
 spec's invariants across ranks, the decisions, the commit, the bytes, the
 accounting, the same usable prefix) and posts the verdict and the next
-schedule. The first schedule that fails ends the exploration.
+schedule. After a failing schedule the search goes on from where that run
+stopped, for failures naming other clauses (up to MAX_FAILURES); a hang
+ends it (the launch is stopped), and the failures found before it are read
+from the launch's folder.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,11 +24,15 @@ from typing import Any, Mapping
 from conformance.multirank.checks import same_usable_prefix_problems, scenario_problems
 from conformance.multirank.decisions import DecisionExchange
 from conformance.multirank.driver import RankContext
-from conformance.multirank.explore.model import CURRENT_FILE, SCHEDULE_SCENARIO, SUMMARY_NOTE, CrossRankScenario
-from conformance.multirank.explore.schedule import SCHEDULE_NOTE, PeerFailed, StoreSync
-from conformance.multirank.explore.search import RunLog, Search, Summary, Task
+from conformance.multirank.explore.model import CURRENT_FILE, FAILURES_FILE, SCHEDULE_SCENARIO, SUMMARY_NOTE, CrossRankScenario
+from conformance.multirank.explore.schedule import SCHEDULE_NOTE, STEPS_NOTE, PeerFailed, StoreSync
+from conformance.multirank.explore.search import Failure, RunLog, Search, Summary, Task
+from conformance.multirank.heartbeat import write_atomic
 from conformance.multirank.records import RankScenarioResult, Scenario, ScenarioOutcome
 from conformance.multirank.scenarios import GROUP_LAYOUTS
+from conformance.report.failures import named_clauses
+
+MAX_FAILURES = 4  # failures naming new clauses before the exploration stops
 
 
 
@@ -64,7 +72,7 @@ def explore_on_ranks(ctx: RankContext, scenario: Mapping[str, Any], only: str | 
         if search is None:
             sync.run += 1
         summary = verdict.summary
-        if verdict.problems or verdict.next_task is None:
+        if verdict.next_task is None:
             break
     ctx.result.notes[SUMMARY_NOTE] = summary
 
@@ -91,21 +99,27 @@ def _run_schedule(ctx: RankContext, s: CrossRankScenario, task: Task, sync: Stor
     return result
 
 
+def _record(ctx: RankContext, search: Search, failure: Failure) -> None:
+    """A failure naming a clause not named yet is kept, and written where the parent finds it should the ranks hang later."""
+    seen = {clause for earlier in search.failures for clause in named_clauses("\n".join(earlier.problems))}
+    named = set(named_clauses("\n".join(failure.problems)))
+    if search.failures and named and named <= seen:
+        return
+    search.failures.append(failure)
+    write_atomic(Path(ctx.plan.workdir) / FAILURES_FILE, pickle.dumps(search.failures))
+
+
 def _peer_failed(result: RankScenarioResult) -> bool:
     return bool(result.error) and f"{PeerFailed.__name__}: " in result.error
 
 
 def _dumps(value: Any) -> bytes:
-    import pickle
-
     return pickle.dumps(value)
 
 
 def _judge(ctx: RankContext, s: CrossRankScenario, search: Search, task: Task, mine: RankScenarioResult, sync: StoreSync,
            started: float) -> Verdict:
     """Rank 0: every rank's result of this schedule, judged; the verdict and the next task."""
-    import pickle
-
     keys = [sync.key("result", r) for r in range(1, ctx.world_size)]
     sync.wait(keys, "every rank's result", lambda _: None, watch_failures=False)
     results = [mine, *(pickle.loads(ctx.exchange.store.get(k)) for k in keys)]
@@ -117,17 +131,20 @@ def _judge(ctx: RankContext, s: CrossRankScenario, search: Search, task: Task, m
     problems = scenario_problems(outcome)
     if not problems:
         problems = same_usable_prefix_problems(outcome)
-    log: RunLog | None = mine.notes.get("run")
-    next_task = None
-    if not problems and log is not None:
-        next_task = search.next(log)
-        if next_task is not None and search.explored >= s.max_schedules:
-            problems = [f"more than {s.max_schedules} schedules: shrink the scenario"]
-            next_task = None
-    elif log is None and not problems:
+    steps = mine.notes.get(STEPS_NOTE)
+    log: RunLog | None = mine.notes.get("run") or (RunLog(task.setup, tuple(steps), steps[-1].state, cut=False) if steps else None)
+    if log is None and not problems:
         problems = ["the schedule's run recorded no log"]
+    if problems:
+        _record(ctx, search, Failure(mine.notes.get(SCHEDULE_NOTE, task.text), tuple(problems), search.explored, time.perf_counter() - started))
+    next_task = None
+    # After a failure the search goes on (from where the run stopped) for failures naming other clauses, up to a few.
+    if log is not None and len(search.failures) < MAX_FAILURES:
+        next_task = search.next(log, failed=bool(problems))
+        if next_task is not None and search.explored >= s.max_schedules:
+            search.failures.append(Failure(task.text, (f"more than {s.max_schedules} schedules: shrink the scenario",), search.explored,
+                                           time.perf_counter() - started))
+            next_task = None
     classes, naive = search.reduction()
-    ran = mine.notes.get(SCHEDULE_NOTE, task.text)  # the actions taken, not only the prefix the task gave
-    summary = Summary(s.name, search.explored + (1 if problems else 0), classes, naive, time.perf_counter() - started,
-                      len(search.counts), ran if problems else None, list(problems))
+    summary = Summary(s.name, search.explored, classes, naive, time.perf_counter() - started, len(search.counts), list(search.failures))
     return Verdict(tuple(problems), summary, next_task)

@@ -3,13 +3,15 @@
     result = explore(adapter, SCENARIOS["abort/wait_complete"], workdir=tmp, source=["--cache-impl", "caches.adapters:hiradix"])
     replay(adapter, SCENARIOS["abort/wait_complete"], "abort1,check", workdir=tmp)
 
-A failure raises CrossRankExplorationError: the oracle's lines (each naming
-its clause), the schedule, how many passed before it, and the command that
+A failure raises CrossRankExplorationError: for each failing schedule found
+(one per new clause, a few at most) the oracle's lines, each naming its
+clause, the schedule, how many passed before it, and the command that
 replays that schedule alone (`python -m conformance.multirank.explore`).
 """
 
 from __future__ import annotations
 
+import pickle
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,8 @@ from conformance.bounds import LAUNCH_S
 from conformance.errors import ConformanceFailure
 from conformance.multirank.checks import scenario_problems
 from conformance.multirank.explore import entry
-from conformance.multirank.explore.model import CURRENT_FILE, EXPLORE_SCENARIO, SUMMARY_NOTE, CrossRankScenario
+from conformance.multirank.explore.model import CURRENT_FILE, EXPLORE_SCENARIO, FAILURES_FILE, SUMMARY_NOTE, CrossRankScenario
+from conformance.multirank.explore.search import Failure, Summary
 from conformance.multirank.launch import MultiRankError, launch
 from conformance.multirank.records import AdapterRef, Scenario, adapter_ref
 from conformance.scenarios.explore import ReplayError
@@ -33,7 +36,8 @@ class CrossRankExplorationError(ConformanceFailure):
         super().__init__(message)
         self.scenario = scenario
         self.schedule = schedule
-        self.explored = explored
+        self.explored = explored  # schedules that passed before the first failure
+        self.first_after_s: float | None = None  # seconds from the exploration's start to the first failure
 
 
 class CrossRankReplayError(ReplayError):
@@ -76,25 +80,36 @@ def explore(adapter: Any, scenario: CrossRankScenario, *, workdir: Path, device:
                *getattr(adapter, "preload_modules", ())]
     workdir = Path(workdir)
     (workdir / CURRENT_FILE).unlink(missing_ok=True)
+    (workdir / FAILURES_FILE).unlink(missing_ok=True)
     launched = Scenario(EXPLORE_SCENARIO, {"scenario": scenario.as_fields(), "only": only})
     extra = {"hang_timeout_s": hang_timeout_s} if hang_timeout_s is not None else {}
     try:
         result = launch(ref, [launched], world_size=scenario.world_size, device=device, workdir=workdir, preload=preload,
                         total_timeout_s=total_timeout_s, **extra)
     except MultiRankError as exc:
-        schedule = (workdir / CURRENT_FILE).read_text() if (workdir / CURRENT_FILE).exists() else ""
-        raise _failure(str(exc), scenario, schedule, None, source) from None
+        # The ranks were stopped: the failures found before, then the schedule that was running.
+        hung = Failure(_current(workdir), (str(exc),), -1, 0.0)
+        raise _failure([*_found(workdir), hung], scenario, source) from None
     outcome = result.outcomes[0] if result.outcomes else None
-    summary = outcome.ranks[0].notes.get(SUMMARY_NOTE) if outcome is not None else None
+    summary: Summary | None = outcome.ranks[0].notes.get(SUMMARY_NOTE) if outcome is not None else None
     if summary is None:
         problems = scenario_problems(outcome) if outcome is not None else result.fatal
-        schedule = (workdir / CURRENT_FILE).read_text() if (workdir / CURRENT_FILE).exists() else ""
-        raise _failure("\n".join(problems) or "the exploration ended without a summary", scenario, schedule, None, source)
-    if summary.failed_schedule is not None:
-        if only is not None and any(f"{ReplayError.__name__}: " in p for p in summary.problems):
-            raise CrossRankReplayError("\n".join(summary.problems))
-        raise _failure("\n".join(summary.problems), scenario, summary.failed_schedule, summary.explored - 1, source)
+        lost = Failure(_current(workdir), tuple(problems) or ("the exploration ended without a summary",), -1, 0.0)
+        raise _failure([*_found(workdir), lost], scenario, source)
+    if summary.failures:
+        if only is not None and any(f"{ReplayError.__name__}: " in p for p in summary.failures[0].problems):
+            raise CrossRankReplayError("\n".join(summary.failures[0].problems))
+        raise _failure(summary.failures, scenario, source)
     return CrossRankExploration(scenario, summary.explored, summary.classes, summary.naive, summary.elapsed_s, summary.setups)
+
+
+def _current(workdir: Path) -> str:
+    return (workdir / CURRENT_FILE).read_text() if (workdir / CURRENT_FILE).exists() else ""
+
+
+def _found(workdir: Path) -> list[Failure]:
+    path = workdir / FAILURES_FILE
+    return pickle.loads(path.read_bytes()) if path.exists() else []
 
 
 def replay(adapter: Any, scenario: CrossRankScenario, schedule: str, *, workdir: Path, **kwargs: Any) -> CrossRankExploration:
@@ -103,11 +118,17 @@ def replay(adapter: Any, scenario: CrossRankScenario, schedule: str, *, workdir:
     return explore(adapter, scenario, workdir=workdir, only=schedule, **kwargs)
 
 
-def _failure(problems: str, scenario: CrossRankScenario, schedule: str, passed: int | None, source: Sequence[str]) -> CrossRankExplorationError:
-    after = f" (after {passed} schedules passed)" if passed is not None else ""
-    where = f"cross-rank scenario {scenario.name}: schedule '{schedule}' failed{after}" if schedule else (
-        f"cross-rank scenario {scenario.name}: the launch failed before its first schedule")
-    lines = [problems, where]
-    if schedule and source:
-        lines.append(f"replay: {replay_command(source, scenario, schedule)}")
-    return CrossRankExplorationError("\n".join(lines), scenario=scenario, schedule=schedule, explored=passed or 0)
+def _failure(failures: Sequence[Failure], scenario: CrossRankScenario, source: Sequence[str]) -> CrossRankExplorationError:
+    """Every failure found: its lines, its schedule, the command replaying it; the first is the error's schedule."""
+    lines = []
+    for failure in failures:
+        after = f" (after {failure.passed_before} schedules passed)" if failure.passed_before >= 0 else ""
+        where = (f"cross-rank scenario {scenario.name}: schedule '{failure.schedule}' failed{after}" if failure.schedule
+                 else f"cross-rank scenario {scenario.name}: the launch failed before its first schedule")
+        lines += [*failure.problems, where]
+        if failure.schedule and source:
+            lines.append(f"replay: {replay_command(source, scenario, failure.schedule)}")
+    first = failures[0]
+    error = CrossRankExplorationError("\n".join(lines), scenario=scenario, schedule=first.schedule, explored=max(first.passed_before, 0))
+    error.first_after_s = first.after_s
+    return error

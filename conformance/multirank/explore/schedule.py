@@ -30,6 +30,7 @@ from spec.decision import VOTE_COLLECTIVE
 from spec.trace import BACKUP, LOAD, Event, EventKind
 
 SCHEDULE_NOTE = "schedule"  # a result note: the schedule this rank ran, up to where it stopped
+STEPS_NOTE = "steps"  # a result note: its positions so far (search.Step), for the search to go on from where a failed run stopped
 FINISH_CHECKS = 3  # checks after every transfer ended, before a rank still waiting is a liveness failure
 
 
@@ -202,6 +203,7 @@ class ScheduleRun:
     def _explore(self) -> RunLog:
         task, s = self.task, self.scenario
         steps: list[Step] = []
+        self.ctx.result.notes[STEPS_NOTE] = steps
         segment: list[str] = []
         checks = 0
         seen: set = set()
@@ -329,4 +331,4 @@ def explored_schedule(ctx: RankContext, scenario: CrossRankScenario, task: Task,
     ScheduleRun(ctx, scenario, task, sync, stored).run()
 
 
-__all__ = ["FINISH_CHECKS", "SCHEDULE_NOTE", "PeerFailed", "ScheduleRun", "StoreSync", "explored_schedule"]
+__all__ = ["FINISH_CHECKS", "SCHEDULE_NOTE", "STEPS_NOTE", "PeerFailed", "ScheduleRun", "StoreSync", "explored_schedule"]

@@ -23,6 +23,16 @@ from typing import Sequence
 from conformance.multirank.explore.model import CHECK, CrossRankScenario, Segment, format_schedule, interleavings
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A schedule that failed: the oracle's lines (each naming its clause), and when it was found."""
+
+    schedule: str
+    problems: tuple[str, ...]
+    passed_before: int  # schedules that passed before it
+    after_s: float  # seconds from the exploration's start
+
+
 @dataclass
 class Summary:
     """What an exploration did, as the ranks hand it to the parent."""
@@ -33,8 +43,7 @@ class Summary:
     naive: int = 0
     elapsed_s: float = 0.0
     setups: int = 0
-    failed_schedule: str | None = None
-    problems: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,7 @@ class Search:
 
         self.scenario = scenario
         self.counts: list[SetupCounts] = []
+        self.failures: list[Failure] = []  # each naming a clause no earlier one named (ranks.py keeps them)
         self._index = 0
         self._visited: set = set()
         if only is not None:
@@ -161,9 +171,12 @@ class Search:
         self.counts.append(SetupCounts(self._first.setup))
         return self._first
 
-    def next(self, log: RunLog) -> Task | None:
-        """The task after a run that passed; None when the scenario is explored."""
-        self.counts[-1].add(log)
+    def next(self, log: RunLog, *, failed: bool = False) -> Task | None:
+        """The task after a run (its log up to where it stopped, if it failed); None when the scenario is explored."""
+        if failed:
+            self.counts[-1].explored += 1  # its graph below the failure was never traversed: counted, not walked
+        else:
+            self.counts[-1].add(log)
         self._index += 1
         if self._first.exact:
             return None
