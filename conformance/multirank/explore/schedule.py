@@ -11,7 +11,10 @@ check on all. Waits are bounded and name what they waited for.
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,7 +25,6 @@ from conformance.multirank.explore.model import (
     local_action, read_setup, window_ranks,
 )
 from conformance.multirank.explore.search import RunLog, Step, Task
-from conformance.multirank.heartbeat import write_atomic
 from conformance.multirank.records import Scenario
 from conformance.multirank.scenarios import WAITING_TIMEOUT_S, rank_data, request_tokens
 from conformance.scenarios.explore import NondeterminismError, ReplayError
@@ -73,8 +75,9 @@ class StoreSync:
     def post(self, name: str, value: Any) -> None:
         self.store.set(self.key(name), pickle.dumps(value))
 
-    def fetch(self, name: str, on_wait: Callable[[str], None] = lambda _: None, *, run: int | None = None) -> Any:
-        key = f"{self.prefix}/{self.run if run is None else run}/{name}"
+    def fetch(self, name: str, on_wait: Callable[[str], None] = lambda _: None) -> Any:
+        """What rank 0 posted under `name` for this run."""
+        key = self.key(name)
         self.wait([key], name, on_wait, watch_failures=False)
         return pickle.loads(self.store.get(key))
 
@@ -84,9 +87,6 @@ class StoreSync:
 
     def wait(self, keys: list[str], what: str, on_wait: Callable[[str], None], *, watch_failures: bool = True) -> None:
         """Bounded; polls, because the store waits for all of some keys, never for any (a report, or a peer's failure)."""
-        import threading
-        import time
-
         if self.store.check(keys):
             return
         deadline = time.monotonic() + self.timeout_s
@@ -254,8 +254,11 @@ class ScheduleRun:
         text = format_schedule(self.task.setup, self.taken)
         self.ctx.result.notes[SCHEDULE_NOTE] = text
         self.ctx.scenario = Scenario(SCHEDULE_SCENARIO, {"scenario": self.scenario.name, "schedule": text})
-        if in_file:
-            write_atomic(Path(self.ctx.plan.workdir) / CURRENT_FILE, text.encode())
+        if in_file:  # any rank may write it: each through a temporary file of its own, then one atomic rename
+            path = Path(self.ctx.plan.workdir) / CURRENT_FILE
+            tmp = path.with_name(f"{path.name}.rank{self.ctx.rank}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
 
     def _do(self, action: str) -> None:
         h, rank = self.h, self.ctx.rank
