@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from conformance.oracles.first_causes import said_with_causes
 from conformance.oracles.outcome import assert_loaded_bytes
 from conformance.scenarios.workload import assert_whole_commit, checked_progress
 from spec import check
@@ -28,4 +29,4 @@ def test_roundtrip_through_storage(make_cache, trace, page_size):
     assert loaded.tokens == len(tokens), f"F8: {len(tokens)} tokens committed but a match now loads {loaded.tokens}"
     assert_loaded_bytes(cache, loaded, data, len(tokens))  # every pool; a window pool: the window before the end
     violations = check(trace.trace(), None)
-    assert not violations, "spec violations:\n" + "\n".join(str(v) for v in violations[:12])
+    assert not violations, "spec violations:\n" + "\n".join(said_with_causes(violations[:12], trace.trace()))
