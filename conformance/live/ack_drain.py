@@ -82,10 +82,15 @@ class AckDrainSession(LiveSession):
         requested = self.start_prefetch(request_id, tokens)
         if not requested:
             return 0
+        queried = self.queued_operation(request_id)
         self.pump(lambda: self.hit_drained(request_id), f"the ACK drain to take the storage hit of {request_id}")
         # The drain sized the read to the host room it found: what the IO thread reads is the operation's page keys.
         operation = self.queued_operation(request_id)
-        return len(operation.hash_value) * self.env.page_size if operation is not None and operation.host_indices is not None else 0
+        if operation is not None and operation.host_indices is not None:
+            return len(operation.hash_value) * self.env.page_size
+        # Revoked by the drain: for a hit below the threshold the prefetch was queued whole and its query ended it (as the
+        # fork's prefetch thread revokes one); without host room for the hit it was never queued for IO.
+        return requested if queried is not None and queried.storage_hit_count < self.cache.prefetch_threshold else 0
 
     def wait_prefetch_io(self, request_id: str) -> None:
         """Wait (bounded) until upstream's IO thread queued the final ACK of the prefetch, and its sync thread forwarded it.
@@ -121,7 +126,8 @@ class AckDrainSession(LiveSession):
                                  f"({self.storage_threads.state()})")
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
-        """One scheduler step. The ACK drain may have committed a prefetch in an earlier step (or a flush): its last commit counts."""
+        """One scheduler step. The ACK drain may have committed a prefetch in an earlier step (or a flush): its last commit
+        counts, once (a later check of the same id, which the scheduler may run for a peer's sake, reports no hit)."""
         finished: dict[str, int] = {}
         self.settle_acks()
         with self.taps.scheduler_step():
@@ -131,8 +137,16 @@ class AckDrainSession(LiveSession):
                 if self.cache.check_prefetch_progress(request):
                     self.cache.pop_prefetch_loaded_tokens(request)
                     commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id]
-                    finished[request_id] = int(commits[-1].value) if commits else 0
+                    unreported = commits and commits[-1].seq > self._reported_commits.get(request_id, -1)
+                    finished[request_id] = int(commits[-1].value) if unreported else 0
+                    if commits:
+                        self._reported_commits[request_id] = commits[-1].seq
         return finished
+
+    @functools.cached_property
+    def _reported_commits(self) -> dict[str, int]:
+        """Request -> the sequence number of the last COMMIT a check reported."""
+        return {}
 
     def settle_acks(self) -> None:
         """Wait until upstream's sync thread has forwarded every ACK that every rank's IO thread has queued.
