@@ -28,25 +28,20 @@ MODULES = {"components": SimpleNamespace(ComponentType=SimpleNamespace(SWA=SWA),
 
 # --- which trees run the build ---------------------------------------------------------------------------------------
 
-UNIFIED = """
-class UnifiedRadixCache(BasePrefixCache):
-    def _alloc_prefetch_aux_staging(self, info, hit_tokens):
-        pass
-"""
+UNIFIED = "class UnifiedRadixCache(BasePrefixCache):\n    pass\n"
 CONTROLLER = "class HybridCacheController(HiCacheController):\n    def allocate_storage_hit(self, operation, hit_tokens):\n        pass\n"
 INLINE = "\n    def _drain(self):\n        def _try_alloc_storage_hit(operation):\n            pass\n"
 ASSEMBLER = "class _SwaStrategy(StackStrategy):\n    pass\n"
 
 
-def unified_tree(root: Path, *, drain: str = "allocate_storage_hit", swa: bool = True, staging: bool = True) -> Path:
+def unified_tree(root: Path, *, drain: str = "allocate_storage_hit", swa: bool = True) -> Path:
     mem_cache = root / "sglang" / "srt" / "mem_cache"
     for folder in ("unified_cache", "hybrid_cache"):
         (mem_cache / folder).mkdir(parents=True)
     (root / "sglang" / "__init__.py").write_text("")
     (root / "sglang" / "srt" / "runtime_context.py").write_text("def publish(server_args, *, role):\n    pass\n")
     (mem_cache / "unified_cache" / "unified_tree_core.py").write_text("class UnifiedTreeCore:\n    pass\n")
-    unified = UNIFIED if staging else UNIFIED.replace("_alloc_prefetch_aux_staging", "_stage")
-    (mem_cache / "unified_radix_cache.py").write_text(unified + (INLINE if drain == "inline" else ""))
+    (mem_cache / "unified_radix_cache.py").write_text(UNIFIED + (INLINE if drain == "inline" else ""))
     controller = CONTROLLER if drain == "allocate_storage_hit" else CONTROLLER.replace("allocate_storage_hit", "allocate")
     (mem_cache / "hybrid_cache" / "hybrid_cache_controller.py").write_text(controller)
     (mem_cache / "hybrid_cache" / "hybrid_pool_assembler.py").write_text(ASSEMBLER if swa else "")
@@ -65,14 +60,12 @@ def test_a_unified_tree_with_the_swa_strategy_runs_the_sliding_window_build_unde
     assert swa.default_extra_pools == ("swa",)
 
 
-@pytest.mark.parametrize("change, missing", [({"swa": False}, "SWA strategy in the unified assembler"),
-                                             ({"staging": False}, "window staging beside a storage hit")],
-                         ids=["no SWA strategy", "no staging at hit time"])
-def test_a_unified_tree_without_the_window_s_build_names_it_not_run_with_the_mark_missing(tmp_path, change, missing):
-    tree = locate(str(unified_tree(tmp_path, **change)))
+def test_a_unified_tree_without_the_swa_strategy_names_the_build_not_run_with_the_mark_missing(tmp_path):
+    tree = locate(str(unified_tree(tmp_path, swa=False)))
+    assert "UnifiedRadixCache" in tree.layouts, "the full-attention build still runs"
     assert not {"UnifiedRadixCache+swa", "UnifiedRadixCache+swa/inline"} & set(tree.layouts)
     (line,) = [line for line in tree.unwired if line.startswith("UnifiedRadixCache+swa (UnifiedRadixCache)")]
-    assert "the 0.5.22+ sliding-window build" in line and missing in line, line
+    assert "the 0.5.22+ sliding-window build" in line and "SWA strategy in the unified assembler" in line, line
 
 
 # --- the window a match serves ---------------------------------------------------------------------------------------

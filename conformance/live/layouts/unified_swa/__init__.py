@@ -12,7 +12,6 @@ at all: the harness's TRAILING_WINDOW pool.
 
 from dataclasses import replace
 
-from conformance.live.layout import Mark
 from conformance.live.layouts.unified import LAYOUT as UNIFIED
 from conformance.live.layouts.unified_fork_swa import SWA_MODULES, SWA_STRATEGY
 
@@ -24,8 +23,5 @@ LAYOUT = replace(
     modules={**UNIFIED.modules, **SWA_MODULES},
     capabilities=frozenset({"multi_rank", "pool:swa", "kv_formats"}),
     default_extra_pools=("swa",),
-    marks=(*UNIFIED.marks, SWA_STRATEGY,
-           # Where the window's host slots are staged beside a storage hit's KV slots (the window's storage prefetch).
-           Mark("srt/mem_cache/unified_radix_cache.py", r"def _alloc_prefetch_aux_staging\b",
-                "window staging beside a storage hit (_alloc_prefetch_aux_staging)")),
+    marks=(*UNIFIED.marks, SWA_STRATEGY),
 )
