@@ -170,6 +170,13 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         add_clause_keywords(item)
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    # A test -k, -m or --clause left out was still collected: an expected failure matching it is not stale.
+    harness = active_harness(items[0].config) if items else None
+    if harness is not None:
+        harness.note_collected(items)
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselect: a test they dropped is not listed as left out by the harness
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     harness = active_harness(config)
