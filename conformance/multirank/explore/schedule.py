@@ -51,8 +51,8 @@ class PeerFailed(ScenarioFailure):
 class StoreSync:
     """What every rank reports at each point of a run, through the launch's store (never a collective)."""
 
-    POLL_S = 0.002  # between two looks at the store while a peer is busy
-    SAY_AFTER = 25  # polls before the heartbeat says so
+    POLL_S = 0.0005  # between two looks at the store while a peer is busy
+    SAY_AFTER = 100  # polls (some 50 ms) before the heartbeat says so
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, prefix: str) -> None:
         self.store = store
