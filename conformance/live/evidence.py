@@ -107,7 +107,9 @@ def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str
 def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
     """Which scenario preconditions the tree's scheduler and storage produce, each with the lines that say so."""
     out: dict[str, tuple[bool, tuple[str, ...]]] = {}
-    broadcast = find(tree, RECEIVER, r"_broadcast_reqs_across_ranks\(", within="recv_requests")
+    # The request receiver's own method (2026-03 on), or, before it, the scheduler's recv_requests broadcasting what rank 0 read.
+    broadcast = (find(tree, RECEIVER, r"_broadcast_reqs_across_ranks\(", within="recv_requests")
+                 or find(tree, SCHEDULER, r"\brecv_reqs = broadcast_pyobj\(", within="recv_requests"))
     if broadcast:
         out["abort_on_one_rank"] = (False, (broadcast.cite(tree, "the scheduler receives every request, aborts included, on one rank and "
                                                                  "broadcasts it to the others in the same iteration"),))
@@ -115,6 +117,9 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
     local_release = find(tree, SCHEDULER, r"release_aborted_request\(", within="_abort_on_waiting_timeout")
     agreed = find(tree, SCHEDULER, r"_poll_timeout_aborts\(\)", within="ingest_requests")
     opt_in = find(tree, SCHEDULER, r"SGLANG_REQ_WAITING_TIMEOUT", within="_abort_on_waiting_timeout")
+    releases = find_all(tree, SCHEDULER, r"release_aborted_request\(")
+    on_request = find_all(tree, SCHEDULER, r"release_aborted_request\(", within="abort_request")
+    handler = find(tree, SCHEDULER, r"def abort_request\(")
     if local_clock and local_release:
         out["rank_local_abort_clock"] = (True, (
             *([opt_in.cite(tree, "opt-in: only a deployment that sets SGLANG_REQ_WAITING_TIMEOUT above 0 aborts on the "
@@ -125,6 +130,14 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
     elif agreed:
         out["rank_local_abort_clock"] = (False, (agreed.cite(tree, "timeout aborts are polled on one rank and enter the broadcast input, "
                                                                    "so every rank drops the same requests in the same iteration"),))
+    elif broadcast and handler and len(on_request) == len(releases):
+        # No waiting-timeout abort: the scheduler acts on an abort only as an AbortReq it received (and, from 2025-09-02,
+        # releases the prefetch there); before release_aborted_request it tells the cache nothing at all.
+        first = (on_request[0].cite(tree, "the scheduler releases an aborted request's prefetch only in abort_request, for an abort "
+                                          "it received, never on a clock of its own") if on_request else
+                 handler.cite(tree, "the scheduler aborts a request only in abort_request, for an abort it received, never on a clock "
+                                    "of its own, and tells the cache nothing of it"))
+        out["rank_local_abort_clock"] = (False, (first, broadcast.cite(tree, "and every rank receives that abort in the same iteration")))
     shared = find(tree, STORAGE, r"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
     default_dir = find(tree, STORAGE, r"file_path: str = \"/tmp/hicache\"")
     unnamed = find(tree, STORAGE, r"TODO: Include KV dtype and stored layout in keys")

@@ -178,3 +178,45 @@ def test_a_host_pool_taking_any_layout_fixes_none(tmp_path):
     free = "class MambaPoolHost(HostKVCache):\n    def __init__(self, device_pool, host_size, layout='layer_first'):\n        self.layout = layout\n"
     tree = locate(str(tree_of(tmp_path, {"srt/mem_cache/memory_pool_host.py": free})))
     assert host_layout_of(tree, BY_KEY["HiMambaRadixCache"]) == (None, ())
+
+
+# A scheduler before the request receiver (2026-03): rank 0 reads the requests, recv_requests broadcasts them.
+BROADCASTING_SCHEDULER = """
+class Scheduler:
+    def recv_requests(self):
+        if self.tp_size != 1:
+            recv_reqs = broadcast_pyobj(
+                recv_reqs,
+                self.tp_group.rank,
+            )
+        return recv_reqs
+
+    def abort_request(self, recv_req):
+        for i in reversed(to_del):
+            req = self.waiting_queue.pop(i)
+            if self.enable_hicache_storage:
+                self.tree_cache.release_aborted_request(req.rid)
+"""
+
+
+def test_a_scheduler_broadcasting_what_rank_0_received_produces_no_abort_on_one_rank_nor_a_rank_local_clock(tmp_path):
+    deployment = deployment_of(locate(str(tree_of(tmp_path, {"srt/managers/scheduler.py": BROADCASTING_SCHEDULER}))))
+    produced, why = deployment["abort_on_one_rank"]
+    assert not produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:5: the scheduler receives every request")
+    produced, why = deployment["rank_local_abort_clock"]
+    assert not produced
+    assert why[0].startswith("python/sglang/srt/managers/scheduler.py:15: the scheduler releases an aborted request's prefetch only in abort_request")
+    assert why[1].startswith("python/sglang/srt/managers/scheduler.py:5: and every rank receives that abort")
+
+
+def test_a_scheduler_that_tells_the_cache_of_no_abort_cites_its_abort_handler(tmp_path):
+    scheduler = BROADCASTING_SCHEDULER.replace("            if self.enable_hicache_storage:\n                self.tree_cache.release_aborted_request(req.rid)\n", "")
+    produced, why = deployment_of(locate(str(tree_of(tmp_path, {"srt/managers/scheduler.py": scheduler}))))["rank_local_abort_clock"]
+    assert not produced and why[0].startswith("python/sglang/srt/managers/scheduler.py:11: the scheduler aborts a request only in abort_request")
+
+
+def test_a_release_outside_the_abort_handler_leaves_the_rank_local_clock_undeclared(tmp_path):
+    scheduler = BROADCASTING_SCHEDULER + "\n    def on_timer(self):\n        self.tree_cache.release_aborted_request(rid)\n"
+    deployment = deployment_of(locate(str(tree_of(tmp_path, {"srt/managers/scheduler.py": scheduler}))))
+    assert deployment["abort_on_one_rank"][0] is False
+    assert "rank_local_abort_clock" not in deployment, "a release the handler does not make may be rank-local: judged"
