@@ -97,6 +97,35 @@ def pop_loaded_tokens(cache: Any, request_id: Any) -> None:
         counts.pop(request_id, None)
 
 
+# The terminated flag of a PrefetchOperation: is_terminated/mark_terminate/_terminated_flag since 2025-09-08, before it
+# is_done/mark_done/_done_flag (the same flag: increment refuses once it is set).
+TERMINATED = (("is_terminated", "mark_terminate", "_terminated_flag"), ("is_done", "mark_done", "_done_flag"))
+
+
+def _terminated_names(operation: Any) -> tuple[str, str, str]:
+    return next((names for names in TERMINATED if hasattr(operation, names[0])), TERMINATED[0])
+
+
+def is_terminated(operation: Any) -> bool:
+    return bool(getattr(operation, _terminated_names(operation)[0])())
+
+
+def mark_terminated(operation: Any) -> None:
+    getattr(operation, _terminated_names(operation)[1])()
+
+
+def terminated_flag(operation: Any) -> str | None:
+    """The attribute holding the operation's terminated flag (None where it has neither)."""
+    flag = _terminated_names(operation)[2]
+    return flag if hasattr(operation, flag) else None
+
+
+def data_page(host_pool: Any, slot: int) -> Any:
+    """One host page's data as the backend stores it: get_data_page(flat=True), or get_flat_data_page before 2025-09."""
+    get = getattr(host_pool, "get_data_page", None)
+    return get(slot, flat=True) if get is not None else host_pool.get_flat_data_page(slot)
+
+
 STOPPED_THREADS = ("prefetch_thread", "backup_thread")  # the storage threads a controller's reset joins
 WAKE_QUEUES = ("prefetch_queue", "backup_queue")  # their queues, whose loops take None as a wake-up
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 from typing import Any, Callable, Mapping
@@ -48,14 +49,25 @@ def host_ratio(host_pages: int, device_pages: int, page_size: int) -> float:
     return ((host_pages - 1) * page_size + 0.5) / (device_pages * page_size)
 
 
+EXTRA_CONFIG = "hicache_storage_backend_extra_config"
+
+
 def server_args_without_model(runtime: Runtime, env: CacheEnv, ratio: float, mem_layout: str = "layer_first") -> Any:
-    """The fork's ServerArgs, its model resolution skipped (the server-args-without-model shim)."""
-    return shims.server_args_without_model(runtime.server_args_cls, model_path="conformance-live",
-                                           **server_args_fields(env, ratio, mem_layout))
+    """The fork's ServerArgs, its model resolution skipped (the server-args-without-model shim). A tree whose ServerArgs
+    has no extra config (before 2025-08-27) reads none: its threshold and timeout are the cache's own constants."""
+    fields = server_args_fields(env, ratio, mem_layout)
+    if EXTRA_CONFIG not in {f.name for f in dataclasses.fields(runtime.server_args_cls)}:
+        del fields[EXTRA_CONFIG]
+    return shims.server_args_without_model(runtime.server_args_cls, model_path="conformance-live", **fields)
 
 
 # Spec-named termination fields -> where a user of upstream sets them.
 CLI_FIELDS = {"policy": "--hicache-storage-prefetch-policy", "page_size": "--page-size"}
+
+
+def unparsed_extra_config(_cls: Any, text: str) -> None:
+    """What a cache without an extra-config parser does with the extra config: nothing (read by no one but the backend)."""
+    return None
 
 
 def configure_through(runtime: Runtime, fields: Mapping[str, Any], parse_extra_config: Callable[[Any, str], Any]) -> None:

@@ -97,11 +97,50 @@ def profile_of(tree: SglangTree, class_name: str) -> tuple[str | None, tuple[str
             sync.cite(tree, "a sync thread MIN-reduces each progress ACK across ranks"),
         )
     if vote and reduce:
+        op, _ = vote_reduce_of(tree, class_name)
         return "vote_per_check", (
             vote.cite(tree, f"{class_name}.can_terminate_prefetch casts each check's vote"),
-            reduce.cite(tree, "one MAX all-reduce agrees it across ranks"),
+            reduce.cite(tree, f"one {op or 'MAX'} all-reduce agrees it across ranks"),
         )
     return None, ()
+
+
+def vote_reduce_of(tree: SglangTree, class_name: str) -> tuple[str | None, Hit | None]:
+    """The reduce op can_terminate_prefetch agrees the vote with ('MAX' of [1 - vote, terminated]; before 2025-09-08 'MIN'
+    of [vote]), and its line; (None, None) where it reduces nothing itself."""
+    hit = find(tree, CLASS_FILES[class_name], r"ReduceOp\.(MIN|MAX)\b", within="can_terminate_prefetch")
+    return (re.search(r"ReduceOp\.(MIN|MAX)\b", hit.text).group(1), hit) if hit else (None, None)
+
+
+# A number the class's own __init__ sets its prefetch threshold to (tokens): no setting of a user's reaches it.
+FIXED_THRESHOLD = r"^\s*self\.prefetch_threshold\s*=\s*(\d+)\s*(#.*)?$"
+
+
+def fixed_threshold_of(tree: SglangTree, class_name: str) -> Hit | None:
+    """The line where the class hard-codes its prefetch threshold, or None where a setting supplies it."""
+    return find(tree, CLASS_FILES[class_name], FIXED_THRESHOLD, within=class_name)
+
+
+FIXED_TIMEOUT = r"^\s*self\.prefetch_timeout\s*=\s*(\d+(?:\.\d+)?)\s*(#.*)?$"
+
+
+def fixed_timeout_of(tree: SglangTree, class_name: str) -> tuple[float | None, Hit | None]:
+    """(seconds, line) where the class hard-codes its prefetch timeout (its budget whatever a user sets), else (None, None)."""
+    hit = find(tree, CLASS_FILES[class_name], FIXED_TIMEOUT, within=class_name)
+    return (float(re.search(FIXED_TIMEOUT, hit.text).group(1)), hit) if hit else (None, None)
+
+
+def io_thread_barrier_of(tree: SglangTree) -> Hit | None:
+    """A collective the IO thread enters after each transfer, before its release (before 2025-09: a barrier of every
+    rank's IO threads), or None."""
+    return find(tree, CONTROLLER, r"torch\.distributed\.barrier\(", within="prefetch_io_aux_func")
+
+
+def fixed_batch_of(tree: SglangTree) -> Hit | None:
+    """The batch _page_transfer fixes for the file backend (its last `batch_size = N`, the generic get's branch), or None
+    where the controller's storage_batch_size sets it."""
+    hits = find_all(tree, CONTROLLER, r"^\s*batch_size\s*=\s*\d+\s*$", within="_page_transfer")
+    return hits[-1] if hits else None
 
 
 def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
@@ -220,6 +259,11 @@ def ignored_fields(tree: SglangTree, layout: Layout) -> Mapping[str, tuple[str, 
         return {spec: (head.cite(tree, f"{name.group(1)} reads {', '.join(read)} and never {key}: a {key} a user sets is accepted "
                                        "and handed on, unread, with the rest of the extra config"),)
                 for spec, key in EXTRA_CONFIG_KEYS.items() if key not in read}
+    _, fixed = fixed_timeout_of(tree, layout.class_name)
+    if fixed is not None:  # no parser reads a timeout key: the budget is the class's constant
+        return {spec: (fixed.cite(tree, f"{layout.class_name}.__init__ fixes its prefetch timeout and nothing parses the extra "
+                                        f"config's {key}: accepted and handed on, unread, to the storage backend"),)
+                for spec, key in EXTRA_CONFIG_KEYS.items()}
     return {}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.adapter import CacheEnv
+from conformance.live import calls
 from conformance.live.runtime import Runtime
 from spec.decision import DecisionState
 from spec.errors import ConfigError
@@ -18,17 +19,19 @@ from spec.timeout import is_timed_out, timeout_budget
 PROBE_ID = "decision-probe"  # the request of every decision probe
 
 
-def decision_state(env: CacheEnv, operation: Any) -> DecisionState | None:
-    """The spec state of an upstream operation now ("timed out": its start time on the harness's clock)."""
+def decision_state(env: CacheEnv, operation: Any, fixed_budget_s: float | None = None) -> DecisionState | None:
+    """The spec state of an upstream operation now ("timed out": its start time on the harness's clock, against the
+    configured budget, or the class's own where it fixes one: the timed-out verdict its vote saw)."""
     t = env.termination
     hit = len(operation.hash_value)
+    budget = timeout_budget(t, hit) if fixed_budget_s is None else fixed_budget_s
     try:
         return DecisionState(
             policy=t.policy, page_size=t.page_size, hit_pages=hit, completed_tokens=int(operation.completed_tokens),
-            timed_out=is_timed_out(float(operation.start_time), env.clock.now(), timeout_budget(t, hit)),
+            timed_out=is_timed_out(float(operation.start_time), env.clock.now(), budget),
             pool_transfers_present=bool(getattr(operation, "pool_transfers", None)),
             pool_transfers_done=bool(getattr(operation, "pool_transfers_done", True)),
-            terminated=bool(operation.is_terminated()),
+            terminated=calls.is_terminated(operation),
         )
     except ConfigError:
         return None  # a state outside the spec's space (recorded as a vote without a state)
@@ -67,5 +70,5 @@ def fork_operation(runtime: Runtime, kv_host: Any, state: DecisionState, start_t
     operation.completed_tokens = state.completed_tokens
     operation.start_time = start_time
     if state.terminated:
-        operation.mark_terminate()
+        calls.mark_terminated(operation)
     return operation

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.live import shims
+from conformance.live import evidence, shims
 from conformance.live.layout import Layout, Module
 from conformance.live.layouts import BY_KEY
 from conformance.live.modules import locate_module
@@ -38,6 +38,7 @@ class Runtime:
     refused: dict[str, str] = field(default_factory=dict)  # layout key -> the one line that refuses it in this tree
     notes: list[str] = field(default_factory=list)  # what the run stands in or finds elsewhere, each with its evidence
     host_pool_adds_a_page: bool = True  # HostKVCache sizes itself int(device * ratio) // page + 1 pages (older trees: no + 1)
+    fixed_thresholds: frozenset[str] = frozenset()  # classes whose __init__ hard-codes the prefetch threshold (the prefetch-threshold shim)
 
     def module(self, name: str) -> types.ModuleType:
         return self.modules[name]
@@ -115,8 +116,7 @@ def load(tree: SglangTree) -> Runtime:
             break
         except ModuleNotFoundError as exc:  # a package only a stand-in can serve: install it, import the tree afresh
             notes.append(_stand_in_for(exc, tree))
-            for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-                del sys.modules[name]
+            _forget_tree_modules()
     running = [layout for layout in layouts if layout.key not in refused]
     if running:
         imported_from = Path(modules[next(iter(running[0].modules))].__file__).resolve()
@@ -129,9 +129,41 @@ def load(tree: SglangTree) -> Runtime:
     shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
                        perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])
     _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs, refused=refused, notes=notes,
-                       host_pool_adds_a_page=_adds_a_page(modules["memory_pool_host"]))
+                       host_pool_adds_a_page=_adds_a_page(modules["memory_pool_host"]),
+                       fixed_thresholds=_fixed_settings(tree, running, notes))
     os.environ[PRELOAD_ENV] = tree.given
     return _RUNTIME
+
+
+def _fixed_settings(tree: SglangTree, layouts: list[Layout], notes: list[str]) -> frozenset[str]:
+    """The classes whose own code fixes the prefetch threshold (the prefetch-threshold shim), and a fixed storage batch
+    (the storage-batch-size shim's split), each noted with its line."""
+    fixed = {}
+    for layout in layouts:
+        hit = evidence.fixed_threshold_of(tree, layout.class_name)
+        if hit is not None and layout.class_name not in fixed:
+            fixed[layout.class_name] = hit
+            notes.append("prefetch-threshold: " + hit.cite(tree, f"{layout.class_name}.__init__ fixes its prefetch threshold (tokens); "
+                                                                 "no setting reaches it") +
+                         "; each test's threshold (its threshold_pages x page size) is set on the cache and its controller instead")
+    batch = evidence.fixed_batch_of(tree)
+    if batch is not None:
+        notes.append("storage-batch-size: " + batch.cite(tree, "_page_transfer fixes the file backend's batch") +
+                     "; each call of its get function is split into batches of the test's size, stopping as _page_transfer stops")
+    return frozenset(fixed)
+
+
+def _forget_tree_modules() -> None:
+    """Drop the modules a failed import of the tree left, and the custom operators they registered: a tree that
+    registers its operators unguarded (0.5.1's direct_register_custom_op) would otherwise refuse its own second import."""
+    import torch.library
+
+    names = [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]
+    for name in names:
+        for value in list(vars(sys.modules[name]).values()):
+            if isinstance(value, torch.library.Library) and getattr(value, "m", None) is not None:
+                value._destroy()
+        del sys.modules[name]
 
 
 def current() -> Runtime | None:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from conformance.adapter import CacheEnv, Loaded
-from conformance.live import calls, configuration, probes, shims
+from conformance.live import calls, configuration, evidence, probes, shims
 from conformance.live.runtime import Runtime, ensure_process_group
 from conformance.live.scheduler import Drive
 from conformance.live.sidecar import Sidecar
@@ -55,8 +55,9 @@ class LiveSession:
         # Upstream requires more host than device memory (HostKVCache asserts it): the device tier gets one page less
         # than the host tier. A test asking for less host room than device room gets the host room it asks for as upstream
         # meets it in service: a host tier larger than the device's, the rest held by other requests' data (held_host).
-        host_total = max(env.host_pages, env.device_pages)
-        self.device_pages = host_total - 1
+        room = max(env.host_pages, env.device_pages)
+        self.device_pages = room - 1
+        host_total = room + self.prefetch_headroom_pages()
         storage = Path(env.storage_dir)
         storage.mkdir(parents=True, exist_ok=True)
         os.environ["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = str(storage)
@@ -64,9 +65,14 @@ class LiveSession:
         runtime.clock.clock = env.clock
         shims.set_storage_batch_pages(runtime.modules["cache_controller"], env.batch_pages)
         self.taps = Taps(env.trace, env.termination, ps)
+        # A class that fixes its prefetch timeout times out by it, whatever is configured: its votes saw that budget.
+        self.fixed_budget_s = evidence.fixed_timeout_of(runtime.tree, self.CLASS_NAME)[0] if self.CLASS_NAME else None
         self.sidecars: list[Sidecar] = []
         self.cache = self.build()
         self.cache.load_back_threshold = ps  # the load-back-threshold shim
+        if self.CLASS_NAME in runtime.fixed_thresholds:
+            shims.set_prefetch_threshold(self.cache, env.threshold_pages * ps)
+        self.dropped: set[str] = set()  # aborted requests a tree without release_aborted_request is never told of
         self.cc = self.cache.cache_controller
         self.backend = self.cc.storage_backend
         self.held_host = held_host_room(self.kv_host, (host_total - env.host_pages) * ps)
@@ -91,6 +97,11 @@ class LiveSession:
         if publish is not None:  # older trees hand the cache its settings as arguments instead
             publish(args)
         return group, args
+
+    def prefetch_headroom_pages(self) -> int:
+        """Host pages beyond the device tier's and the test's, held as other requests' data (a layout whose prefetch cap
+        is a share of host minus device room overrides it)."""
+        return 0
 
     def mem_layout(self) -> str:
         """The host memory layout the build runs with (a layout whose code demands another overrides it)."""
@@ -218,6 +229,8 @@ class LiveSession:
         with self.taps.scheduler_step() as step:
             self.cache.check_hicache_events()
             for request_id in request_ids:
+                if request_id in self.dropped:
+                    continue  # the tree's scheduler dropped the aborted request: it checks nothing of it again
                 if self.cache.check_prefetch_progress(request_id):
                     calls.pop_loaded_tokens(self.cache, request_id)
                     commits = [e for e in self.env.trace.events() if e.kind is EventKind.COMMIT and e.op == request_id and e.step == step]
@@ -227,7 +240,8 @@ class LiveSession:
     def abort(self, request_id: str) -> None:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
         with self.taps.scheduling(op=request_id, phase="abort"):
-            calls.release_aborted(self.cache, request_id)
+            if not calls.release_aborted(self.cache, request_id):
+                self.dropped.add(request_id)
 
     def load_back(self, tokens: Sequence[int]) -> Loaded:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
@@ -259,7 +273,7 @@ class LiveSession:
         ps = self.env.page_size
         pages = [(n.host_value.tolist()[page * ps], key) for n in nodes for page, key in enumerate(n.hash_value or [])]
         keys = [self.storage_file_name(key) for _, key in pages]
-        digests = [tensor_digest(self.kv_host.get_data_page(slot, flat=True)) for slot, _ in pages]
+        digests = [tensor_digest(calls.data_page(self.kv_host, slot)) for slot, _ in pages]
         for sidecar in self.sidecars:
             if not sidecar.rides_kv_slots:
                 sidecar.record_load_back(m, pages)
@@ -274,7 +288,7 @@ class LiveSession:
     # --- decision probes (probes.py) -----------------------------------------------------------------
 
     def decision_state(self, operation: Any) -> DecisionState | None:
-        return probes.decision_state(self.env, operation)
+        return probes.decision_state(self.env, operation, self.fixed_budget_s)
 
     def make_operation(self, state: DecisionState, *, start_time: float) -> Any:
         transfer = self.sidecars[0].probe_transfer() if self.sidecars else None

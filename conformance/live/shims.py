@@ -54,8 +54,13 @@ SHIMS = (
          "the 'direct' IO backend's copies between page-first host pages and layer-first device rows, written as plain index copies; 0.5.2x's mamba host pool has no layer-first layout"),
     Shim("injected-clock", "time.monotonic as read by hiradix_cache, hi_mamba_radix_cache, unified_radix_cache, cache_controller and hybrid_cache_controller; time.perf_counter as read by utils.poll_timer (0.5.23's prefetch wait timer; 0.5.22 times the wait from start_time with time.monotonic)",
          "the harness advances time with its own clock (ManualClock) so that timeouts are crossed exactly, never by sleeping"),
-    Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream); before 2026-06, the controller's storage_batch_size",
+    Shim("storage-batch-size", "cache_controller.STORAGE_BATCH_SIZE (128 pages upstream); before 2026-06, the controller's storage_batch_size; "
+                               "before 2025-09-02, the batch _page_transfer fixes (8 pages), by splitting each call of its get function",
          "the harness's scenarios load 4 pages in batches of 2, so that a gate can hold the second batch"),
+    Shim("prefetch-threshold", "the prefetch threshold a cache's __init__ fixes (256 tokens in 2025), on the cache and its controller, "
+                               "only where the tree's code sets it to a number (the header prints that line)",
+         "no setting of a user's reaches it, and at the suite's 4-token pages it revokes every prefetch; the test's threshold "
+         "(threshold_pages x page size) is what a later tree's extra config sets, and the protocol is judged on, not the number"),
     Shim("server-args-without-model", "ServerArgs.__post_init__ (model, hardware and CUDA-graph resolution), and the model-derived mamba_cache_chunk_size (set to the page size); 0.5.2x resolves through its own no-model path (model 'dummy') and needs only the chunk size",
          "it loads the model's config.json from the hub; the caches read only the hicache_* fields, which are set as a user sets them"),
     Shim("prompt-reset", "HiCacheController.reset, which RadixCache.__init__ calls: its joins of the storage threads first put the None "
@@ -430,6 +435,37 @@ def set_storage_batch_pages(cache_controller: types.ModuleType, pages: int) -> N
 
     init._conformance_batch = True  # type: ignore[attr-defined]
     cls.__init__ = init
+
+
+def split_fixed_batch(cc: Any, get_func: str, pages: int) -> None:
+    """A controller whose _page_transfer fixes its batch: each call of its get function (operation, hashes, host slots) runs
+    as calls of `pages` pages, each a storage call of its own, stopping at the first that lands short (terminated or
+    failed), as _page_transfer's own loop stops; _page_transfer then sees the batch short and stops too."""
+    original = getattr(cc, get_func)
+    page_size = cc.page_size
+
+    def split(operation: Any, hash_values: Any, host_indices: Any, *args: Any) -> Any:
+        result = None
+        for first in range(0, len(hash_values), pages):
+            hashes = hash_values[first : first + pages]
+            before = operation.completed_tokens
+            result = original(operation, hashes, host_indices[first * page_size : (first + len(hashes)) * page_size], *args)
+            if operation.completed_tokens != before + len(hashes) * page_size:
+                break
+        return result
+
+    setattr(cc, get_func, functools.wraps(original)(split))
+
+
+# --- prefetch-threshold --------------------------------------------------------------------
+
+def set_prefetch_threshold(cache: Any, tokens: int) -> None:
+    """The cache's prefetch threshold, and its controller's as the controller derives it from the one it is given
+    (at least one page: `max(prefetch_threshold, self.page_size)`)."""
+    cache.prefetch_threshold = tokens
+    cc = getattr(cache, "cache_controller", None)
+    if cc is not None and hasattr(cc, "prefetch_threshold"):
+        cc.prefetch_threshold = max(tokens, cc.page_size)
 
 
 # --- prompt-reset -----------------------------------------------------------------------

@@ -80,7 +80,7 @@ def mha_device_tier(runtime: Runtime, env: CacheEnv, pages: int) -> tuple[Any, A
     device_pool = m["memory_pool"].MHATokenToKVPool(
         size=pages * ps, page_size=ps, dtype=dtype, head_num=HEADS, head_dim=head_dim,
         layer_num=LAYERS, device="cpu", enable_memory_saver=False)
-    allocator = m["allocator"].PagedTokenToKVPoolAllocator(pages * ps, ps, dtype, "cpu", device_pool, need_sort=False)
+    allocator = build(m["allocator"].PagedTokenToKVPoolAllocator, pages * ps, ps, dtype, "cpu", device_pool, off={"need_sort": False})
     req_pool = m["memory_pool"].ReqToTokenPool(size=2, max_context_len=4096, device="cpu", enable_memory_saver=False)
     return device_pool, allocator, req_pool, MhaRows(device_pool, dtype, head_dim)
 

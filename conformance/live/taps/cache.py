@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from conformance.live import collectives
+from conformance.live import calls, collectives
 from conformance.live.taps.state import Taps, wrap
 from spec.decision import VOTE_COLLECTIVE, DecisionState
 from spec.fence import COMMIT_COLLECTIVE
@@ -85,17 +85,19 @@ class Votes:
         vote = decided
         if state is not None and state.terminated and self.taps.termination.policy.uses_collective:
             probe = copy.copy(operation)
-            if hasattr(probe, "_terminated_flag"):
-                probe._terminated_flag = False
+            flag = calls.terminated_flag(probe)
+            if flag is not None:
+                setattr(probe, flag, False)
                 vote = bool(decide(probe))
             else:
                 state = None
         self.taps.trace.record(EventKind.VOTE, op=operation.request_id, step=self.taps.ctx.step, value=vote, state=state)
 
 
-def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> Votes:
-    """The fork's cache: can_terminate_prefetch (and its reduce), _insert_helper_host, and the phases whose collectives it names."""
-    votes = Votes(taps, decision_state)
+def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf, votes_cls: type[Votes] = Votes) -> Votes:
+    """The fork's cache: can_terminate_prefetch (and its reduce), _insert_helper_host, and the phases whose collectives it
+    names; votes_cls reads the vote off the reduce's payload (the fork's [1 - vote, terminated] by default)."""
+    votes = votes_cls(taps, decision_state)
 
     def progress(original: Callable) -> Callable:
         def wrapper(req_id: str) -> Any:
@@ -110,7 +112,8 @@ def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf) -> V
     wrap(cache, "check_prefetch_progress", progress)
     wrap(cache, "writing_check", taps.phase("write_ack_min"))
     wrap(cache, "loading_check", taps.phase("load_ack_min"))
-    wrap(cache, "drain_storage_control_queues", taps.phase("drain_queues_min"))
+    if hasattr(cache, "drain_storage_control_queues"):  # from 2025-09 (before it no release queue to drain)
+        wrap(cache, "drain_storage_control_queues", taps.phase("drain_queues_min"))
     return votes
 
 

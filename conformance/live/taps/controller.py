@@ -65,15 +65,23 @@ def _fork_transfer_started(taps: Taps, operation: Any) -> None:
 
 
 def _fork_transfer_raised(taps: Taps, op: str) -> None:
-    taps.io_finished(op)  # upstream's IO thread ends here, as it would on a storage error
+    taps.io_finished(op)  # upstream's IO thread starts no more IO for it
 
 
 def _fork_transfer_returned(taps: Taps, op: str) -> None:
     taps.ctx.finishing = op  # its next release (the unused tail) ends its IO
 
 
-def tap_load_path(taps: Taps, cc: Any) -> None:
-    """HIT when the IO thread takes the operation, IO start/end per storage batch, IO_DONE after its last release."""
+def release_site(cc: Any) -> tuple[Any, str]:
+    """Where the IO thread releases an operation's unused host slots: append_host_mem_release, or, on a controller
+    without it (before 2025-09), the host pool's own free."""
+    return (cc, "append_host_mem_release") if hasattr(cc, "append_host_mem_release") else (cc.mem_pool_host, "free")
+
+
+def tap_load_path(taps: Taps, cc: Any, get_func: str = "page_get_func", *, done_at_return: bool = False) -> None:
+    """HIT when the IO thread takes the operation, IO start/end per storage batch (get_func: the controller's per-batch
+    get), IO_DONE after its last release; done_at_return: when _page_transfer returns instead, where the IO thread waits
+    on its peers' IO threads before that release (it starts no IO after the transfer either way)."""
     def released(original: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
@@ -84,13 +92,14 @@ def tap_load_path(taps: Taps, cc: Any) -> None:
             return result
         return wrapper
 
-    tap_transfer(taps, cc, started=_fork_transfer_started, raised=_fork_transfer_raised, returned=_fork_transfer_returned)
-    wrap(cc, "append_host_mem_release", released)
-    tap_page_get(taps, cc, lambda operation, before, _result: max(0, operation.completed_tokens - before))
+    tap_transfer(taps, cc, started=_fork_transfer_started, raised=_fork_transfer_raised,
+                 returned=_fork_transfer_raised if done_at_return else _fork_transfer_returned)
+    wrap(*release_site(cc), released)
+    tap_page_get(taps, cc, lambda operation, before, _result: max(0, operation.completed_tokens - before), get_func)
 
 
-def tap_page_get(taps: Taps, cc: Any, arrived_tokens: Callable[[Any, int, Any], int]) -> None:
-    """IO start/end around each storage batch the IO thread loads (page_get_func), the gate before the storage call.
+def tap_page_get(taps: Taps, cc: Any, arrived_tokens: Callable[[Any, int, Any], int], get_func: str = "page_get_func") -> None:
+    """IO start/end around each storage batch the IO thread loads (get_func), the gate before the storage call.
 
     arrived_tokens(operation, completed tokens before, what page_get_func returned): the tokens that landed.
     """
@@ -111,7 +120,7 @@ def tap_page_get(taps: Taps, cc: Any, arrived_tokens: Callable[[Any, int, Any], 
             return result
         return wrapper
 
-    wrap(cc, "page_get_func", page_get)
+    wrap(cc, get_func, page_get)
 
 
 def tap_transfer(taps: Taps, cc: Any, *, started: Callable[[Taps, Any], None], raised: Callable[[Taps, str], None],
@@ -138,8 +147,8 @@ def tap_transfer(taps: Taps, cc: Any, *, started: Callable[[Taps, Any], None], r
     wrap(cc, "_page_transfer", make)
 
 
-def tap_backup(taps: Taps, cc: Any) -> None:
-    """IO start/end per storage batch the backup thread writes (page_set_func)."""
+def tap_backup(taps: Taps, cc: Any, set_func: str = "page_set_func") -> None:
+    """IO start/end per storage batch the backup thread writes (set_func: the controller's per-batch set)."""
     def page_set(original: Callable) -> Callable:
         def wrapper(hash_values: Any, host_indices: Any, *args: Any) -> Any:
             io = taps.trace.next_io_id()
@@ -154,7 +163,7 @@ def tap_backup(taps: Taps, cc: Any) -> None:
                 taps.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=host_indices, io=io, value=ok)
         return wrapper
 
-    wrap(cc, "page_set_func", page_set)
+    wrap(cc, set_func, page_set)
     if hasattr(cc, "_page_backup"):
         wrap(cc, "_page_backup", taps.raising_on_thread("_page_backup (a storage backup)"))
 

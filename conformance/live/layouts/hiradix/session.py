@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from conformance.live import collectives
-from conformance.live.configuration import configure_through
+from conformance.live.configuration import configure_through, unparsed_extra_config
 from conformance.live.construct import build_from_arguments
 from conformance.live.runtime import Runtime
 from conformance.live.session import LiveSession
@@ -20,8 +20,10 @@ from conformance.live.tiers import mha_device_tier
 
 
 def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
-    """C1/C2 through upstream's CLI parser and HiRadixCache's extra-config parser."""
-    configure_through(runtime, fields, runtime.module("hiradix_cache").HiRadixCache._parse_storage_backend_extra_config)
+    """C1/C2 through upstream's CLI parser and HiRadixCache's extra-config parser (a tree whose cache has none, before
+    2025-10, validates nothing of its extra config: its controller hands it to the storage backend)."""
+    parse = getattr(runtime.module("hiradix_cache").HiRadixCache, "_parse_storage_backend_extra_config", None)
+    configure_through(runtime, fields, parse or unparsed_extra_config)
 
 
 class HiRadixSession(LiveSession):
