@@ -24,25 +24,18 @@ from typing import Any, Sequence
 
 from caches.hi_mamba_radix import HiMambaRadixCache
 from caches.variants._adapter import VariantAdapter, variant_of
+from caches.variants._reducer import WrappedReducer
 from spec.decision import VOTE_COLLECTIVE
 
 
-class VoteOnlyReducer:
+class VoteOnlyReducer(WrappedReducer):
     """Wraps a reducer: the vote collective reduces [1 - vote] alone; the terminated element stays this rank's."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.rank = inner.rank
-        self.world_size = inner.world_size
 
     def all_reduce_max(self, values: Sequence[int], *, name: str, op: str | None = None, step: int | None = None) -> list[int]:
         if name != VOTE_COLLECTIVE:
             return self.inner.all_reduce_max(values, name=name, op=op, step=step)
         (no_votes,) = self.inner.all_reduce_max(list(values[:1]), name=name, op=op, step=step)
         return [no_votes, *values[1:]]  # the defect: the terminated flag never crosses ranks
-
-    def all_reduce_min(self, values: Sequence[int], *, name: str, op: str | None = None, step: int | None = None) -> list[int]:
-        return self.inner.all_reduce_min(values, name=name, op=op, step=step)
 
 
 class PayloadDropsTerminatedCache(HiMambaRadixCache):
