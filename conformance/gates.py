@@ -71,6 +71,17 @@ class Hold:
             raise GateTimeout(f"no thread reached hold '{self.description}' within {self.timeout_s}s ({len(self.reached)}/{count} arrived)")
         return self.reached[count - 1]
 
+    def reached_stepping(self, step: Callable[[], Any], *, rounds: int = 50) -> Event:
+        """Take scheduler steps until a thread is parked here: for IO that a step hands to a background thread (a
+        storage backup begun at a write-through ack). Each step is followed by a bounded wait for the thread."""
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
+        for _ in range(rounds):
+            step()
+            with self._arrived:
+                if self._arrived.wait_for(lambda: bool(self.reached), self.timeout_s / rounds):
+                    return self.reached[0]
+        raise GateTimeout(f"no thread reached hold '{self.description}' within {rounds} scheduler steps ({self.timeout_s}s)")
+
     def release(self) -> None:
         self._released.set()
 

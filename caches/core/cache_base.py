@@ -69,10 +69,11 @@ class HierarchicalCache:
     name: ClassVar[str] = "hierarchical"
     supported_extra_pools: ClassVar[frozenset[str]] = frozenset()
     required_extra_pools: ClassVar[frozenset[str]] = frozenset()
-    # The parts a variant may swap (caches/variants/ replaces the fence, the operation and the prefetch path).
+    # The parts a variant may swap (caches/variants/ replaces the fence, the operation, the prefetch and write paths).
     commit_class: ClassVar[type[PrefetchCommit]] = PrefetchCommit
     operation_class: ClassVar[type[PrefetchOperation]] = PrefetchOperation
     prefetch_path_class: ClassVar[type[PrefetchPath]] = PrefetchPath
+    write_path_class: ClassVar[type[WritePath]] = WritePath
     # Which of several process groups the collectives run on (spec/groups.py, X2): upstream's attention rule.
     vote_group_rule: ClassVar[str] = ATTENTION_RULE
     controller_class: ClassVar[type[StorageController]] = StorageController
@@ -138,7 +139,7 @@ class HierarchicalCache:
 
         # The paths, sharing the parts above.
         parts = CoreParts(who, config, self.tree, self.slots, self.copies, pools, self.trace, self.clock, self.hooks, self.stats)
-        self.write_path = WritePath(parts, reducer=self.reducer, acks=acks, submit_backup=self.controller.submit_backup)
+        self.write_path = self.write_path_class(parts, reducer=self.reducer, acks=acks, submit_backup=self.controller.submit_backup)
         write_back = config.write_policy == "write_back"
         self.eviction = Eviction(
             parts, writing=self.write_path.writing, before_device_eviction=self.write_path.back_up_before_evict if write_back else None,

@@ -24,6 +24,7 @@ from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.sidecar_hit_unreduced import sidecar_hit_unreduced
 from caches.variants.state_attached_locally import state_attached_locally
 from caches.variants.snapshot_before_mark import snapshot_before_mark
+from caches.variants.split_head_unbacked import split_head_unbacked
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
 from caches.variants.vote_over_attn_tp_only import vote_over_attn_tp_only
@@ -46,6 +47,7 @@ EXPECTED_FAILURES = {
     "extra_vote_on_one_group": ("L3",),
     "namespace_ignores_layout": ("S6",),
     "degraded_key_kept": ("S8",),
+    "split_head_unbacked": ("L6",),
     "drain_skipped_when_idle": ("L3",),
     "state_attached_locally": ("F4",),
     "sidecar_hit_unreduced": ("S4", "F3"),
@@ -59,5 +61,5 @@ __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_win
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
            "namespace_ignores_layout", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early",
-           "window_counts_leading_pages", "degraded_key_kept", "drain_skipped_when_idle", "state_attached_locally",
+           "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
            "sidecar_hit_unreduced", "vote_over_attn_tp_only", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -66,6 +66,8 @@ RUNS = {
     "foreign_layout": Selection(f"not 2ranks and not 4ranks and not 2x2 and not {CROSSRANK}", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
+    # A node split before its host copy is acknowledged: the backup must still store the head's pages.
+    "split_backups": Selection("test_split_backups", ("split_head_unbacked",), "hiradix"),
     # IO moved between a snapshot and its use: a vote that reads the live operation, a commit snapshot taken before the mark.
     "snapshot_holds": Selection("test_snapshot_holds", ("vote_reads_live_progress", "snapshot_before_mark"), "hiradix"),
     # A load-back whose KV copy fails while its indexer copy still writes the same slots.

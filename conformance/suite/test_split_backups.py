@@ -1,0 +1,83 @@
+"""A node reshaped while its backup is in flight: every page the backup was started for ends stored (L6).
+
+Write-through copies a request's device pages to the host, then the host
+pages to storage. An insert that shares only part of the request splits
+its node; done before the host copy is acknowledged, or while either copy
+is still running, the backup must still
+store every page it was started for, under each page's own key: a
+backup that follows the node as it is at the ack stores only the tail,
+and the storage tier serves a shorter prefix than was written, silently,
+to every server that shares it. A fresh cache on the same storage is the
+judge: it must find, load and serve every page of the request.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.gates import GateTimeout
+from conformance.scenarios.races import close_and_check_trace, served
+from conformance.scenarios.workload import drive, request_data, request_tokens
+from spec.config import TerminationConfig
+from spec.trace import BACKUP, HOST, WRITE_BACK_COPY, EventKind
+
+PAGES = 4
+SHARED = 2  # pages the splitting request shares with the first one
+BATCH = 2
+
+
+def copy_of(direction: str):
+    def predicate(e) -> bool:
+        return e.kind is EventKind.IO_START and e.value == direction and (direction != WRITE_BACK_COPY or e.space == HOST)
+    return predicate
+
+
+@pytest.mark.clause("L6", "S5", "F9", "S3")
+@pytest.mark.parametrize("held", [None, WRITE_BACK_COPY, BACKUP], ids=["before-the-ack", "host-copy", "storage-backup"])
+def test_a_node_split_under_its_backup_stores_every_page(impl, make_cache, trace, gate, device, page_size, held):
+    if held == WRITE_BACK_COPY:
+        if "held_copies" not in impl.capabilities:
+            pytest.skip(f"{impl.name} does not declare held_copies: its device-to-host copies cannot be held")
+        if device != "cpu":
+            pytest.skip(f"copies are held on the CPU copy stream; on {device} the copy stream cannot be paused by a gate")
+    config = TerminationConfig(policy="wait_complete", page_size=page_size)
+    writer = make_cache(termination=config, batch_pages=BATCH, write_policy="write_through")
+    tokens = request_tokens(43, PAGES * page_size)
+    data = request_data(writer, tokens, 43)
+    cut = SHARED * page_size
+    branch = list(tokens[:cut]) + request_tokens(44, (PAGES - SHARED) * page_size)
+    fresh = request_data(writer, branch, 44)
+    branch_data = {name: torch.cat([data[name][:cut], rows[cut:]]) if rows.shape[0] == len(branch) else rows for name, rows in fresh.items()}
+    hold = gate.hold(f"the first {held} copy of the request", copy_of(held)) if held else None
+    writer.write(tokens, data)
+    if held is None:
+        pass  # no step between the two writes: the host copy's ack is taken after the split, whenever the copy ran
+    elif held == BACKUP:
+        try:  # upstream starts the storage backup at a scheduler step after the host copy's ack
+            hold.reached_stepping(lambda: writer.check_progress([]), rounds=10)
+        except GateTimeout:
+            if any(e.kind is EventKind.IO_START and e.value == BACKUP for e in trace.events()):
+                raise
+            hold.release()
+            pytest.skip(f"{impl.name}'s scheduler steps start no storage backup (it starts them at flush): none can be held under a split")
+    else:
+        hold.wait_reached()
+    writer.write(branch, branch_data)  # shares the first pages only: the request's node splits under its backup
+    if hold is not None:
+        hold.release()
+    writer.flush()
+    writer.evict_all()  # the trace judges the reader's slots next: the writer's tree gives its own back first
+    writer.close()
+
+    reader = make_cache(termination=config, batch_pages=BATCH)
+    requested = reader.prefetch("r", tokens)
+    assert requested == len(tokens), f"test setup: a fresh cache asked for {requested} of {len(tokens)} tokens"
+    reader.wait_prefetch_io("r")
+    committed = drive(reader, ["r"], trace=trace).get("r", 0)
+    assert committed == len(tokens), (
+        f"L6: a fresh cache found {committed} of the {len(tokens)} tokens written through: the request's node split "
+        f"{f'while its {held} copy was in flight' if held else 'before its host copy was acknowledged'}, and its backup "
+        f"stored only part of what it was started for")
+    served(reader, tokens, data, committed)
+    close_and_check_trace(reader, trace, config)
