@@ -1,6 +1,6 @@
 """The copy-thread layout (upstream before 2025-09-08) and the settings older trees fix, on hand-written upstream-shaped
 samples (no upstream code): which layout a tree runs, the facts read from its lines (a fixed prefetch threshold, a fixed
-batch, a MIN-reduced vote, aborts that reach every rank), and the taps of copies made on the controller's own threads."""
+batch and timeout, a MIN-reduced vote), and the taps of copies made on the controller's own threads."""
 
 from __future__ import annotations
 
@@ -56,28 +56,9 @@ class HiCacheController:
             get_func = self._generic_page_get
             batch_size = 8
 """
-OLD_SCHEDULER = """
-class Scheduler:
-    def recv_requests(self):
-        if self.tp_size != 1:
-            recv_reqs = broadcast_pyobj(
-                recv_reqs,
-                self.tp_group.rank,
-            )
-        return recv_reqs
-
-    def abort_request(self, recv_req):
-        for i in reversed(to_del):
-            req = self.waiting_queue.pop(i)
-            if self.enable_hicache_storage:
-                self.tree_cache.release_aborted_request(req.rid)
-"""
-
-
-def old_tree(root: Path, hiradix: str = OLD_HIRADIX, controller: str = OLD_CONTROLLER, scheduler: str = OLD_SCHEDULER) -> Path:
+def old_tree(root: Path, hiradix: str = OLD_HIRADIX, controller: str = OLD_CONTROLLER) -> Path:
     package = root / "sglang"
-    for rel, text in {"__init__.py": "", "srt/mem_cache/hiradix_cache.py": hiradix, "srt/managers/cache_controller.py": controller,
-                      "srt/managers/scheduler.py": scheduler}.items():
+    for rel, text in {"__init__.py": "", "srt/mem_cache/hiradix_cache.py": hiradix, "srt/managers/cache_controller.py": controller}.items():
         (package / rel).parent.mkdir(parents=True, exist_ok=True)
         (package / rel).write_text(text)
     return root

@@ -56,6 +56,16 @@ class Votes:
         ctx.voted = True
         self.taps.trace.record(EventKind.VOTE, op=ctx.operation.request_id, step=ctx.step, value=vote, state=self.decision_state(ctx.operation))
 
+    def own_verdict(self, tensor: Any) -> bool:
+        """A vote whose payload is this rank's own verdict (one element, 1 votes yes), recorded with its collective;
+        False where the payload is no such vote."""
+        ctx = self.taps.ctx
+        if ctx.phase != "vote" or tensor.numel() != 1:
+            return False
+        self.record_vote(int(tensor.reshape(-1)[0].item()) == 1)
+        self.taps.trace.record(EventKind.COLLECTIVE, step=ctx.step, op=ctx.op, value=VOTE_COLLECTIVE)
+        return True
+
     def on_reduce(self, tensor: Any) -> None:
         """This rank enters an all-reduce: in the vote, its payload [1 - vote, terminated] is the vote."""
         ctx = self.taps.ctx

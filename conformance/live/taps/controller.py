@@ -147,20 +147,25 @@ def tap_transfer(taps: Taps, cc: Any, *, started: Callable[[Taps, Any], None], r
     wrap(cc, "_page_transfer", make)
 
 
+def backup_batch(taps: Taps, keys: Any, host_indices: Any, write: Callable[[], Any]) -> bool:
+    """One storage batch the backup thread writes from these host slots: IO start, the gate, write(), IO end."""
+    io = taps.trace.next_io_id()
+    start = taps.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=host_indices, io=io, value=BACKUP)
+    taps.saw_pages(KV, keys, host_indices)
+    ok = False
+    try:
+        taps.trace.gate(start)
+        ok = bool(write())
+        return ok
+    finally:
+        taps.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=host_indices, io=io, value=ok)
+
+
 def tap_backup(taps: Taps, cc: Any, set_func: str = "page_set_func") -> None:
     """IO start/end per storage batch the backup thread writes (set_func: the controller's per-batch set)."""
     def page_set(original: Callable) -> Callable:
         def wrapper(hash_values: Any, host_indices: Any, *args: Any) -> Any:
-            io = taps.trace.next_io_id()
-            start = taps.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=host_indices, io=io, value=BACKUP)
-            taps.saw_pages(KV, hash_values, host_indices)
-            ok = False
-            try:
-                taps.trace.gate(start)
-                ok = bool(original(hash_values, host_indices, *args))
-                return ok
-            finally:
-                taps.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=host_indices, io=io, value=ok)
+            return backup_batch(taps, hash_values, host_indices, lambda: original(hash_values, host_indices, *args))
         return wrapper
 
     wrap(cc, set_func, page_set)

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from conformance.live.taps import KV, Taps, wrap
 from conformance.live.taps.cache import Votes
-from spec.decision import VOTE_COLLECTIVE
-from spec.trace import BACKUP, HOST, LOAD, LOAD_BACK_COPY, WRITE_BACK_COPY, EventKind
+from conformance.live.taps.controller import backup_batch
+from spec.trace import HOST, LOAD, LOAD_BACK_COPY, WRITE_BACK_COPY, EventKind
 
 COPY_THREAD_TAP_POINTS = (
     ("io_start / io_end (copies)", "the host pool's backup_from_device_all_layer on the write thread; from the first layer's "
@@ -130,12 +130,8 @@ class MinVotes(Votes):
     """A vote reduced as the MIN of [vote] (one element, 1 votes yes): can_terminate_prefetch before 2025-09-08."""
 
     def on_reduce(self, tensor: Any) -> None:
-        ctx = self.taps.ctx
-        if ctx.phase == "vote" and tensor.numel() == 1:
-            self.record_vote(int(tensor.reshape(-1)[0].item()) == 1)
-            self.taps.trace.record(EventKind.COLLECTIVE, step=ctx.step, op=ctx.op, value=VOTE_COLLECTIVE)
-            return
-        super().on_reduce(tensor)
+        if not self.own_verdict(tensor):
+            super().on_reduce(tensor)
 
 
 WHOLE_TRANSFER, WHOLE_BACKUP = "generic_page_transfer", "generic_page_backup"
@@ -231,15 +227,5 @@ class WholeTransferTaps:
         def wrapper(keys: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(self.current, "operation", None) is None:
                 return original(keys, *args, **kwargs)
-            taps, slots = self.taps, self._slots(keys)
-            io = taps.trace.next_io_id()
-            start = taps.trace.record(EventKind.IO_START, pool=KV, space=HOST, slots=slots, io=io, value=BACKUP)
-            taps.saw_pages(KV, keys, slots)
-            ok = False
-            try:
-                taps.trace.gate(start)
-                ok = bool(original(keys, *args, **kwargs))
-                return ok
-            finally:
-                taps.trace.record(EventKind.IO_END, pool=KV, space=HOST, slots=slots, io=io, value=ok)
+            return backup_batch(self.taps, keys, self._slots(keys), lambda: original(keys, *args, **kwargs))
         return wrapper

@@ -17,7 +17,6 @@ from conformance.live.taps import KV, Taps, tensor_digest, wrap
 from conformance.live.taps.cache import DecisionStateOf, Votes
 from conformance.live.taps.controller import tap_backup, tap_copies, tap_page_get, tap_queue, tap_terminate, tap_transfer
 from conformance.live.taps.storage import pool_name
-from spec.decision import VOTE_COLLECTIVE
 from spec.fence import COMMIT_COLLECTIVE
 from spec.trace import EventKind
 
@@ -178,11 +177,9 @@ def drain_commit(taps: Taps, op_of: Callable[[Any], str]) -> Callable[[Callable]
 class UnifiedVotes(Votes):
     def on_reduce(self, tensor: Any) -> None:
         """The vote's payload is this rank's own verdict (1: terminate), MAX-reduced; the drain's reduce is the commit's collective."""
-        ctx = self.taps.ctx
-        if ctx.phase == "vote" and tensor.numel() == 1:
-            self.record_vote(int(tensor.reshape(-1)[0].item()) == 1)
-            self.taps.trace.record(EventKind.COLLECTIVE, step=ctx.step, op=ctx.op, value=VOTE_COLLECTIVE)
+        if self.own_verdict(tensor):
             return
+        ctx = self.taps.ctx
         name = COMMIT_COLLECTIVE if ctx.phase == "ack_drain_min" else (ctx.phase or "other")
         self.taps.trace.record(EventKind.COLLECTIVE, step=ctx.step, op=ctx.op, value=name)
 
