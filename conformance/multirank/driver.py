@@ -232,7 +232,7 @@ class CacheHandle:
             if allocated:
                 self.ctx.result.leaks.append(f"F8: cache {self.index} {name}: {allocated} of {capacity} slots still allocated after every prefetch ended and evict_all()")
             if allocated + free != capacity:
-                self.ctx.result.leaks.append(f"cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
+                self.ctx.result.leaks.append(f"S3: cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
         self.cache.close()
         self.ctx.result.leftover_threads += [t.name for t in self.cache.threads() if t.is_alive()]
 
