@@ -8,7 +8,8 @@ from typing import Any, Sequence
 from conformance.bounds import bound
 from conformance.live.taps import Taps
 
-FORK_THREADS = ("prefetch_thread", "backup_thread", "prefetch_io_aux_thread")  # by attribute of the controller
+IO_THREAD = "prefetch_io_aux_thread"
+FORK_THREADS = ("prefetch_thread", "backup_thread", IO_THREAD)  # by attribute of the controller
 THREAD_EXIT_S = bound(5.0)  # how long a storage thread may take to end after an exception left its step
 
 
@@ -22,8 +23,14 @@ class StorageThreads:
     def threads(self) -> list[threading.Thread]:
         return [t for t in (getattr(self.controller, n, None) for n in self.names) if t is not None]
 
-    def alive(self, name: str) -> bool:
+    def thread(self, name: str) -> threading.Thread | None:
+        """The controller's thread of that attribute; the IO thread where the controller keeps it in a local of its
+        prefetch thread (2025): the thread the taps saw take an operation."""
         thread = getattr(self.controller, name, None)
+        return self.taps.io_thread if thread is None and name == IO_THREAD else thread
+
+    def alive(self, name: str) -> bool:
+        thread = self.thread(name)
         return thread is not None and thread.is_alive()
 
     def state(self) -> str:
@@ -40,11 +47,11 @@ class StorageThreads:
         loop catches only queue.Empty dies, and every later transfer of this
         cache stalls behind it.
         """
-        by_ident = {t.ident: name for name in self.names if (t := getattr(self.controller, name, None)) is not None}
+        by_ident = {t.ident: name for name in self.names if (t := self.thread(name)) is not None}
         out = []
         for ident, error in list(self.taps.thread_errors):
             name = by_ident.get(ident)
-            thread = getattr(self.controller, name, None) if name else None
+            thread = self.thread(name) if name else None
             if thread is None:
                 continue
             # The exception is on its way out of the thread's loop: bounded, and at once when the thread ends

@@ -129,6 +129,7 @@ def tap_transfer(taps: Taps, cc: Any, *, started: Callable[[Taps, Any], None], r
     def make(original: Callable) -> Callable:
         def wrapper(operation: Any) -> Any:
             op = operation.request_id
+            taps.io_thread = threading.current_thread()
             started(taps, operation)
             taps.ctx.transferring = op
             try:

@@ -69,6 +69,7 @@ class Taps:
         self.slot_keys: dict[tuple[str, int], str] = {}
         self.file_name: Callable[[str], str] = str
         self.votes: Any = None  # the cache seam's collective observer (cache.Votes), once tapped
+        self.io_thread: threading.Thread | None = None  # the thread seen taking an operation (a controller may keep it in a local)
 
     # --- context ----------------------------------------------------------------------
 

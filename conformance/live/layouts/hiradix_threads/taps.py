@@ -171,6 +171,7 @@ class WholeTransferTaps:
     def _transferring(self, original: Callable) -> Callable:
         def wrapper(operation: Any, *args: Any, **kwargs: Any) -> Any:
             taps, op = self.taps, operation.request_id
+            taps.io_thread = threading.current_thread()
             taps.trace.record(EventKind.HIT, op=op, value=len(operation.hash_value))
             self.current.operation, self.current.open = operation, None
             taps.ctx.transferring = op
