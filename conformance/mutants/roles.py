@@ -81,11 +81,12 @@ ROLES = (
          ("evict", "evict_host", "evict_path", "drop_device", "drop_host", "_device_evictable", "_host_evictable",
           "make_room", "RadixTree.lock", "RadixTree.unlock", "pin_host", "unpin_host", "device_evictable", "host_evictable",
           "pin_prefetch_anchor", "unpin_prefetch_anchor", "evict_host_states")),
-    # Load-back copies a match's host pages to the device all or nothing; a copy that failed leaves garbage nothing may serve.
-    Role("load_back", "load-back: a match's host pages (and windows, states) copied to the device", ("S5", "F9", "S1"),
-         ("LoadBackPath._load_back", "_take_device_slots", "_load_back_states", "LoadBackPath._done")),
+    # A load-back copies a match's host pages and states to the device; a copy that failed leaves garbage nothing may
+    # serve. Making room for them (all or nothing) is the cache's own contract: a change there loads nothing or raises.
+    Role("load_back", "load-back: a match's states copied to the device, and a failed copy's path taken off it", ("S5", "F9", "S1"),
+         ("_load_back_states", "LoadBackPath._done")),
     Role("integrity", "checking stored pages (checksum, header)", ("S7",),
-         ("_read_verified", "_verify", "_check_read", "_read_page", "bound_checksum", "checksum", "checksums", "_evenly_spaced_words")),
+         ("_read_verified", "_verify", "_check_read", "_read_page", "bound_checksum", "checksum")),
     Role("namespace", "the storage namespace (which stored bytes a cache may read)", ("S6",),
          ("StorageNamespace.describe", "StorageNamespace.of", "namespace_tag")),
 )
