@@ -11,6 +11,7 @@ replays that schedule alone (`python -m conformance.multirank.explore`).
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shlex
@@ -124,7 +125,8 @@ def _explore(ref: AdapterRef, preload: Sequence[str], scenario: CrossRankScenari
                         total_timeout_s=total_timeout_s, **extra)
     except MultiRankError as exc:
         # The ranks were stopped: the failures found before, then the schedule that was running.
-        hung = Failure(_current(workdir), (str(exc),), -1, 0.0)
+        same = _inside_one_collective(workdir, scenario.world_size)
+        hung = Failure(_current(workdir), (str(exc), *([same] if same and "L3: " not in str(exc) else [])), -1, 0.0)
         raise _failure([*_found(workdir), hung], scenario, source) from None
     outcome = result.outcomes[0] if result.outcomes else None
     summary: Summary | None = outcome.ranks[0].notes.get(SUMMARY_NOTE) if outcome is not None else None
@@ -137,6 +139,27 @@ def _explore(ref: AdapterRef, preload: Sequence[str], scenario: CrossRankScenari
             raise CrossRankReplayError("\n".join(summary.failures[0].problems))
         raise _failure(summary.failures, scenario, source)
     return CrossRankExploration(scenario, summary.explored, summary.classes, summary.naive, summary.elapsed_s, summary.setups)
+
+
+def _inside_one_collective(workdir: Path, world_size: int) -> str | None:
+    """L3, when every rank entered the same collectives, the last one the same on each, and none returned from it.
+
+    The names agree, so the hang report names no divergence; what differs is
+    the payload (its length or type depends on state one rank has alone),
+    and the group cannot complete that reduce.
+    """
+    beats = []
+    for rank in range(world_size):
+        try:
+            beats.append(json.loads((workdir / f"heartbeat{rank}.txt").read_text()))
+        except (OSError, ValueError):
+            return None
+    taken = {tuple(b.get("collectives") or ()) for b in beats}
+    if len(taken) != 1 or not next(iter(taken)) or not all(" collective " in (b.get("last") or "") for b in beats):
+        return None
+    last = next(iter(taken))[-1]
+    return (f"L3: every rank entered {last} and none returned from it: the ranks' payloads of that collective differ "
+            f"(their length or kind depends on rank-local state)")
 
 
 def _current(workdir: Path) -> str:
