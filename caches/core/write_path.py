@@ -221,27 +221,41 @@ class WritePath(CorePart):
             if node.hit_count >= threshold:
                 self.back_up(node)
 
+    def _give_back(self, host: torch.Tensor | None, states: Mapping[str, torch.Tensor | None], windows: Mapping[str, torch.Tensor | None]) -> None:
+        """Host slots found for a backup that is not made (or made without these pools): free again at once."""
+        if host is not None:
+            self.copies.free(HOST, KV_GROUP, host, pools=self.pools.token_pools)
+        for pool, slot in states.items():
+            if slot is not None:
+                self.copies.free(HOST, STATE_GROUP, [int(slot[0])], pools=[pool])
+        for pool, slot in windows.items():
+            if slot is not None:
+                self.copies.free(HOST, pool, slot, pools=[pool])
+
     def back_up(self, node: TreeNode) -> bool:
         if node is self.tree.root or node.value is None or node.host_value is not None or self.writing(node):
             return False
         parent = node.parent
         if parent is not self.tree.root and parent.host_value is None and not self.writing(parent):
             return False  # backups form a prefix from the root
+        state_pools = [pool for pool, ref in node_states(node).items() if ref.device is not None and ref.host is None]
+        window_pools = [pool for pool, owner in self.hooks.windows.items()
+                        if owner.slots(node, DEVICE) is not None and owner.slots(node, HOST) is None]
         host = self.slots.alloc(HOST, KV_GROUP, len(node.key))
-        if host is None:
+        found_states = {pool: self.slots.alloc(HOST, STATE_GROUP, 1) if host is not None else None for pool in state_pools}
+        found_windows = {pool: self.slots.alloc(HOST, pool, len(node.key)) if host is not None else None for pool in window_pools}
+        # Every rank backs up alike: room found on some ranks only is given back there. Write acks are agreed by
+        # count (writing_check), so a backup on some ranks only would hold the others' acks, and their nodes, forever.
+        found = [host, *found_states.values(), *found_windows.values()]
+        agreed = self.reducer.all_reduce_min([int(f is not None) for f in found], name="backup_room")
+        if not agreed[0]:
+            self._give_back(host, found_states, found_windows)
             return False
-        states: dict[str, int] = {}
-        for pool, ref in node_states(node).items():
-            if ref.device is not None and ref.host is None:
-                slot = self.slots.alloc(HOST, STATE_GROUP, 1)
-                if slot is not None:
-                    states[pool] = int(slot[0])
-        windows: dict[str, torch.Tensor] = {}
-        for pool, owner in self.hooks.windows.items():
-            if owner.slots(node, DEVICE) is not None and owner.slots(node, HOST) is None:
-                slot = self.slots.alloc(HOST, pool, len(node.key))
-                if slot is not None:  # no room: the node is backed up without its window
-                    windows[pool] = slot
+        states = {pool: int(slot[0]) for (pool, slot), keep in zip(found_states.items(), agreed[1:]) if slot is not None and keep}
+        # No room for a window: the node is backed up without it.
+        windows = {pool: slot for (pool, slot), keep in zip(found_windows.items(), agreed[1 + len(state_pools):]) if slot is not None and keep}
+        self._give_back(None, {p: s for p, s in found_states.items() if p not in states},
+                        {p: s for p, s in found_windows.items() if p not in windows})
         self.tree.lock(node)
         pending = PendingWrite(parts=[(node, host, windows)], locked=node, states=states)
         node.ext[PENDING_KEY] = pending
