@@ -42,3 +42,15 @@ def test_frees_under_pending_copies_name_the_copy_and_stop_once_it_ended():
     assert found == [f"device slot {s} of pool kv freed at #5 while load-back copy IO 4 through it was pending" for s in (8, 9)]
     ended = event(5, EventKind.IO_END, pool="kv", space=DEVICE, slots=(8, 9), io=4, value=True)
     assert not list(frees_under_pending_copies([COPY_START, ended, event(6, EventKind.FREE, pool="kv", space=DEVICE, slots=(8, 9))]))
+
+
+def test_a_leaked_slot_whose_load_ended_after_the_terminate_leads_with_f5():
+    alloc = event(0, EventKind.ALLOC, op="r1", pool="kv", space=HOST, slots=(4, 5))
+    start = event(1, EventKind.IO_START, op="r1", pool="kv", space=HOST, slots=(4, 5), io=2, value=LOAD)
+    terminate = event(2, EventKind.TERMINATE, op="r1", step=1)
+    ended = event(3, EventKind.IO_END, op="r1", pool="kv", space=HOST, slots=(4, 5), io=2, value=True)
+    leak = Violation("S3", "never inserted nor freed by r1 (leaked)", alloc, 4)
+    line, = said_with_causes([leak], Trace(rank=0, events=(alloc, start, terminate, ended)))
+    assert line.startswith("F5: slot 4 of pool kv was under r1's IO 2 at its terminate (#2)") and "beside it, S3: never inserted" in line
+    # Ended before the terminate: the commit or the release owned it, and F5 is not the cause.
+    assert said_with_causes([leak], Trace(rank=0, events=(alloc, start, ended, terminate))) == [str(leak)]
