@@ -24,6 +24,9 @@ PROP_DIVERGENT = "conformance.divergent_clauses"  # user property: JSON {clause:
 
 CLAUSE_LABEL = re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][0-9]+/)*[A-Z][0-9]+): ")
 _MAX_LINE = 240
+# A check that raised once a background thread had died, where the trace already showed a rule broken before
+# (conformance/scenarios/workload.py, checked_progress): that rule, then the death.
+BROKEN_BEFORE_DEATH = re.compile(r"^([A-Z][0-9]+): [^\n]*\(then a check of ")
 
 
 def message_lines(message: str) -> Iterable[str]:
@@ -72,16 +75,20 @@ def failure_properties(excinfo: Any, death: str | None = None) -> list[tuple[str
     `death`: the line of a background thread's death the failure's causes found
     (L5). What the test then saw (slots it stranded, a wait that never ended)
     is that death's consequence, so the failure names L5 alone, whatever check
-    raised first.
+    raised first; unless the trace showed a rule broken before the death
+    (checked_progress's "<clause>: ... (then a check of ... raised"): that rule
+    is the death's cause, named first, with L5 beside it.
     """
     if excinfo is None:
         return []
-    if death is not None:
-        return [(PROP_FAILED, json.dumps({"L5": death})), (PROP_DIVERGENT, json.dumps({}))]
     try:
         message = str(excinfo.value)
     except Exception:  # a broken __str__ must not hide the failure
         message = ""
+    if death is not None:
+        cause = BROKEN_BEFORE_DEATH.match(message)
+        named = {cause.group(1): message.splitlines()[0][:_MAX_LINE]} if cause and cause.group(1) in CATALOGUE else {}
+        return [(PROP_FAILED, json.dumps({**named, "L5": death})), (PROP_DIVERGENT, json.dumps({}))]
     return [(PROP_FAILED, json.dumps(named_clauses(message))), (PROP_DIVERGENT, json.dumps(divergent_clauses(message)))]
 
 

@@ -58,6 +58,9 @@ def test_a_failed_load_back_frees_nothing_its_other_copies_still_write(impl, mak
         pytest.skip(f"{impl.name}'s load-back of this prefix copies KV alone: no other copy is pending when it fails")
     early = list(frees_under_pending_copies(trace.events()))
     assert not early, f"F9: {early[0]}" + (f" (and {len(early) - 1} more)" if len(early) > 1 else "") + "; beside it, S3: a slot freed under IO"
+    device, _ = cache.match(tokens)
+    assert device == 0, (f"S5: the load-back's KV copy failed, yet {device} tokens of its path are still served from the device: "
+                         f"what the failed copy left there is garbage")
     left = device_kv_allocated(cache)
     if left is not None:
         assert left == before, (f"F8: {left - before} device KV slots of the failed load-back's path still allocated once all its copies "

@@ -54,3 +54,18 @@ def test_a_leaked_slot_whose_load_ended_after_the_terminate_leads_with_f5():
     assert line.startswith("F5: slot 4 of pool kv was under r1's IO 2 at its terminate (#2)") and "beside it, S3: never inserted" in line
     # Ended before the terminate: the commit or the release owned it, and F5 is not the cause.
     assert said_with_causes([leak], Trace(rank=0, events=(alloc, start, ended, terminate))) == [str(leak)]
+
+
+def test_a_rule_broken_before_a_thread_died_is_named_with_the_death():
+    """checked_progress says which rule the trace showed broken before the death: the matrix names it, then L5."""
+    import json
+    from types import SimpleNamespace
+
+    from conformance.report.failures import PROP_FAILED, failure_properties
+
+    before = SimpleNamespace(value=AssertionError("S5: r1: a load of 2 page key(s) of pool kv into 4 slots at #7 io_start rank 0 "
+                                                  "(then a check of ['r1'] raised RuntimeError: the implementation's background threads failed: x)"))
+    named = json.loads(dict(failure_properties(before, death="L5: x"))[PROP_FAILED])
+    assert list(named) == ["S5", "L5"]
+    after = SimpleNamespace(value=AssertionError("F8: slots still allocated after evict_all (leaked)"))
+    assert json.loads(dict(failure_properties(after, death="L5: x"))[PROP_FAILED]) == {"L5": "L5: x"}
