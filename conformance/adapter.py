@@ -49,6 +49,7 @@ CAPABILITIES = {
     "multi_rank": "accepts a torch.distributed process group (env.process_group)",
     "vote_groups": "accepts several vote groups (env.process_groups: tp, attn_tp, attn_cp rank partitions) and reduces over each",
     "held_copies": "host->device copies run on a copy stream a trace gate can hold (CPU path)",
+    "stepped_backups": "a scheduler step (check_progress) starts the storage backup of a host copy already acknowledged, so a trace gate can hold one while later requests change the tree",
     "kv_formats": "builds a cache whose KV pages differ from its default only in dtype (env.kv_format 'dtype'), and one whose KV dtype is another of the same width as that one's ('dtype_same_width')",
     "model_names": "builds a cache for another model whose pages have its default's format (env.kv_format 'model')",
     "host_layouts": "builds a cache whose KV pages hold the same bytes as its default's in another order (env.kv_format 'layout': another host memory layout)",

@@ -46,7 +46,8 @@ class LiveAdapter:
 
     @property
     def capabilities(self) -> frozenset:
-        return BY_KEY[self.layout_key].capabilities
+        # Upstream's writing_check starts a storage backup at the scheduler step after the host copy's ack, on every layout.
+        return BY_KEY[self.layout_key].capabilities | {"stepped_backups"}
 
     @property
     def default_extra_pools(self) -> tuple:

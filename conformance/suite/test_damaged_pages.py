@@ -144,6 +144,8 @@ def test_any_one_damaged_byte_near_the_start_of_a_page_file(impl, make_cache, tr
             try:
                 assert_loaded_bytes(cache, cache.load_back(tokens), data, len(tokens))
             except AssertionError as exc:
+                if not str(exc).startswith("S5:"):
+                    raise  # not the bytes (a window or a state missing): that clause broke, whatever the damage
                 raise AssertionError(f"S7: with {what}, bytes that differ from the stored ones were served: {exc}") from None
             cache.evict_all()  # the next round reads storage again
     files[0].write_bytes(intact)

@@ -325,6 +325,9 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
     writer = rig.make("wait_complete")
     tokens, data = stored_request(rig, writer)
     cache = rig.make("wait_complete", host_pages=host_pages, threshold_pages=threshold_pages)
+    # The first load held until the request is judged: what the IO thread then does with the request (a bad one can kill
+    # it) comes after the S8 verdict, not before it.
+    loading = rig.gate.hold(f"the first KV load of {RID}", nth_load(rig, "kv", 1))
     requested = cache.prefetch(RID, tokens)
     fits = host_pages * page_size
     assert requested % page_size == 0 and 0 <= requested <= fits, (
@@ -332,6 +335,7 @@ def test_full_host_tier_shrinks_or_skips_the_prefetch(rig, impl, host_pages, thr
     )
     if host_pages < threshold_pages:
         assert requested == 0, f"S8: {requested} tokens requested although fewer than {threshold_pages} pages fit"
+    loading.release()
     committed = 0
     if requested:
         cache.wait_prefetch_io(RID)

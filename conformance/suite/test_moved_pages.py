@@ -56,6 +56,8 @@ def test_a_page_moved_in_from_another_configuration_is_a_miss(impl, make_cache, 
     try:
         assert_loaded_bytes(cache, cache.load_back(tokens), data, len(tokens))
     except AssertionError as exc:
+        if not str(exc).startswith("S5:"):
+            raise  # not the bytes (a window or a state missing): that clause broke, whatever page moved in
         raise AssertionError(f"S6: another model's {page}, moved into this one's storage, was served as its own "
                              f"(S7: its header names another namespace): {exc}") from None
     close_and_check_trace(cache, trace, config)

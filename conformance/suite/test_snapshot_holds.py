@@ -24,6 +24,7 @@ from conformance.scenarios.races import close_and_check_trace, fence_tokens, key
 from conformance.scenarios.snapshot_holds import SnapshotHoldTrace, SnapshotRelease, moved_between
 from conformance.scenarios.workload import drive, pass_deadline
 from spec.config import TerminationConfig
+from spec.timeout import timeout_budget
 from spec.trace import LOAD, Event, EventKind
 
 PAGES = 4
@@ -68,6 +69,13 @@ def describe(events) -> str:
 
 # --- the vote ------------------------------------------------------------------------------
 
+def own_decision(cache, state, config: TerminationConfig, now: float) -> bool:
+    """The implementation's decision of `state` alone, through its decision probe: a vote equal to it read its snapshot,
+    and a wrong one is the decision's clause (D*), not the snapshot's (F2)."""
+    start = now - timeout_budget(config, state.hit_pages) - 1.0 if state.timed_out else now
+    return bool(cache.can_terminate(cache.make_operation(state, start_time=start)))
+
+
 MOVES = {
     # KV alone (no extra pool guard to mask it): the last KV batch ends in the gap, completing KV.
     "last_kv_batch": "the last KV batch ends",
@@ -85,7 +93,7 @@ MOVES = {
 @pytest.mark.parametrize("moved", [pytest.param("last_kv_batch", marks=pytest.mark.needs("no_extra_pools")),
                                    pytest.param("failed_kv_batch", marks=pytest.mark.needs("no_extra_pools")),
                                    pytest.param("extra_pools", marks=pytest.mark.needs("extra_pools"))])
-def test_a_vote_is_the_vote_of_the_snapshot_it_recorded(impl, make_cache, trace, gate, tmp_path, profile, policy, moved, page_size):
+def test_a_vote_is_the_vote_of_the_snapshot_it_recorded(impl, make_cache, trace, gate, clock, tmp_path, profile, policy, moved, page_size):
     """The scheduler is held between the vote's snapshot and the vote while `moved` happens; the vote must not see it."""
     config = TerminationConfig(policy=policy, page_size=page_size)
     env = {} if moved == "extra_pools" else {"extra_pools": ()}
@@ -118,6 +126,11 @@ def test_a_vote_is_the_vote_of_the_snapshot_it_recorded(impl, make_cache, trace,
     between = moved_between(trace.events(), "r1", seen, vote.seq)
     assert between, f"test setup: no IO of r1 ended between its vote's snapshot (trace position {seen}) and the vote (#{vote.seq})"
     want = profile.vote(vote.state)
+    if bool(vote.value) != want and own_decision(cache, vote.state, config, clock.now()) == bool(vote.value):
+        raise AssertionError(
+            f"{profile.vote_clause(vote.state)}: r1's vote at step {vote.step} is {bool(vote.value)}, which is {impl.name}'s own decision "
+            f"of the snapshot it recorded ({vote.state.hit_pages} hit pages, {vote.state.completed_tokens} tokens completed, "
+            f"{pools(vote.state)}): the vote read its snapshot, and the decision is wrong, where the spec votes {want}")
     assert bool(vote.value) == want, (
         f"F2: r1's vote at step {vote.step} is {bool(vote.value)}, but the snapshot it recorded ({vote.state.hit_pages} hit pages, "
         f"{vote.state.completed_tokens} tokens completed, {pools(vote.state)}) "

@@ -34,11 +34,13 @@ def copy_of(direction: str):
 
 
 @pytest.mark.clause("L6", "S5", "F9", "S3")
-@pytest.mark.parametrize("held", [None, WRITE_BACK_COPY, BACKUP], ids=["before-the-ack", "host-copy", "storage-backup"])
+@pytest.mark.parametrize("held", [
+    pytest.param(None, id="before-the-ack"),
+    pytest.param(WRITE_BACK_COPY, id="host-copy", marks=pytest.mark.needs("held_copies")),
+    pytest.param(BACKUP, id="storage-backup", marks=pytest.mark.needs("stepped_backups")),
+])
 def test_a_node_split_under_its_backup_stores_every_page(impl, make_cache, trace, gate, device, page_size, held):
     if held == WRITE_BACK_COPY:
-        if "held_copies" not in impl.capabilities:
-            pytest.skip(f"{impl.name} does not declare held_copies: its device-to-host copies cannot be held")
         if device != "cpu":
             pytest.skip(f"copies are held on the CPU copy stream; on {device} the copy stream cannot be paused by a gate")
     config = TerminationConfig(policy="wait_complete", page_size=page_size)

@@ -75,7 +75,12 @@ def test_wheel_or_site_packages_layout(tmp_path):
                             "UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the harness "
                             "is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)",
                             "UnifiedRadixCache+swa/fork (UnifiedRadixCache) is in the tree but not in the fork's sliding-window build the "
-                            "harness is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)"), \
+                            "harness is wired to (sglang/srt/mem_cache/unified_cache_components/full_component.py does not exist)",
+                            "UnifiedRadixCache+swa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ sliding-window build the "
+                            "harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py does not exist)",
+                            "UnifiedRadixCache+swa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 sliding-window "
+                            "build the harness is wired to (sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py has the "
+                            "allocate_storage_hit of the 0.5.22+ drain)"), \
         "a build the tree lacks says so; the row's other build that runs does not"
     assert tree.missing == ("HiRadixCache: sglang/srt/mem_cache/hiradix_cache.py does not exist", NO_HI_MAMBA)
     assert [a.name for a in adapters_for(tree)] == ["sglang-live:UnifiedRadixCache@0.5.23"]
@@ -117,7 +122,11 @@ def test_unified_cache_outside_the_wired_layouts_is_reported_not_run(tmp_path):
                             f"UnifiedRadixCache+mamba/fork (UnifiedRadixCache) is in the tree but not in the fork's mamba build the "
                             f"harness is wired to {no_components}",
                             f"UnifiedRadixCache+swa/fork (UnifiedRadixCache) is in the tree but not in the fork's sliding-window build "
-                            f"the harness is wired to {no_components}")
+                            f"the harness is wired to {no_components}",
+                            f"UnifiedRadixCache+swa (UnifiedRadixCache) is in the tree but not in the 0.5.22+ sliding-window build the "
+                            f"harness is wired to {no_core}",
+                            f"UnifiedRadixCache+swa/inline (UnifiedRadixCache) is in the tree but not in the 0.5.20/0.5.21 sliding-window "
+                            f"build the harness is wired to {no_core}")
 
 
 FORK_UNIFIED = ("class UnifiedRadixCache(KVCacheEventMixin, BasePrefixCache):\n"
@@ -235,6 +244,6 @@ def test_each_class_declares_what_its_live_build_offers(tmp_path):
     sglang_package(tmp_path / "python", hi_mamba=True)
     by_name = {a.class_name: a for a in adapters_for(locate(f"{tmp_path}@abc"))}
     assert "pool:mamba" not in by_name["HiRadixCache"].capabilities, "HiRadixCache's only sidecar needs 64-token pages"
-    assert by_name["HiMambaRadixCache"].capabilities == {"multi_rank", "pool:mamba", "kv_formats"}
+    assert by_name["HiMambaRadixCache"].capabilities == {"multi_rank", "pool:mamba", "kv_formats", "stepped_backups"}
     assert by_name["HiMambaRadixCache"].default_extra_pools == ("mamba",)
     assert not any("held_copies" in a.capabilities for a in by_name.values()), "copies are synchronous on CPU: no gate can hold one"
