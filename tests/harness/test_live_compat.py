@@ -35,7 +35,9 @@ def test_a_class_not_in_the_target_one_outside_the_wired_layouts_and_one_that_do
                                             f"not run: `UnifiedRadixCache+mamba`: not the 0.5.22+ mamba build {no_core}",
                                             f"not run: `UnifiedRadixCache+mamba`: not the 0.5.20/0.5.21 mamba build {no_core}",
                                             f"not run: `UnifiedRadixCache+mamba`: not the fork's mamba build {no_components}",
-                                            f"not run: `UnifiedRadixCache+swa`: not the fork's sliding-window build {no_components}"]
+                                            f"not run: `UnifiedRadixCache+swa`: not the fork's sliding-window build {no_components}",
+                                            f"not run: `UnifiedRadixCache+swa`: not the 0.5.22+ sliding-window build {no_core}",
+                                            f"not run: `UnifiedRadixCache+swa`: not the 0.5.20/0.5.21 sliding-window build {no_core}"]
     lines = classes["HiRadixCache"]
     assert any(line.startswith("not run: `HiRadixCache` (the fork's layout): --sglang-live: importing sglang.srt.mem_cache.hiradix_cache")
                for line in lines), lines
