@@ -69,7 +69,10 @@ def init_load_back(runtime: Runtime, cache: Any, match_result: Any) -> Any:
     """Start loading a match's host part back; the device slots it takes (empty when it loads nothing)."""
     node, host_hit = best_match_node(match_result), int(match_result.host_hit_length)
     if takes_params(cache.init_load_back):
-        loaded, _ = cache.init_load_back(_params(runtime, "InitLoadBackParams", best_match_node=node, host_hit_length=host_hit))
+        # The params object named the node last_host_node until it became best_match_node (2026-05).
+        fields = inspect.signature(runtime.module("base_prefix_cache").InitLoadBackParams).parameters
+        name = "best_match_node" if "best_match_node" in fields else "last_host_node"
+        loaded, _ = cache.init_load_back(_params(runtime, "InitLoadBackParams", **{name: node}, host_hit_length=host_hit))
     else:
         loaded, _ = cache.init_load_back(node, host_hit)
     return loaded

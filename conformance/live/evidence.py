@@ -41,11 +41,12 @@ def _lines(tree: SglangTree, rel: str) -> list[str]:
 
 
 def find_all(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> list[Hit]:
-    """Every line of sglang/<rel> matching `pattern` (a regex), inside the def or class named `within` when given."""
+    """Every line of sglang/<rel> matching `pattern` (a regex), inside the def or class named `within` when given (a
+    regex over the name: a class upstream spelled two ways, as it renamed NSA to DSA)."""
     lines = _lines(tree, rel)
     start, end = 0, len(lines)
     if within is not None:
-        head = next((i for i, line in enumerate(lines) if re.match(rf"\s*(?:def|class) {re.escape(within)}\b", line)), None)
+        head = next((i for i, line in enumerate(lines) if re.match(rf"\s*(?:def|class) (?:{within})\b", line)), None)
         if head is None:
             return []
         indent = len(lines[head]) - len(lines[head].lstrip())

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from conformance.errors import ConformanceError
+from conformance.errors import ConformanceError, ConformanceFailure
 
 
 @dataclass(frozen=True)
@@ -315,6 +315,15 @@ def _unpin(cls: type) -> None:
 CopyObserver = Callable[[list, list, Any, Any], Callable[[], None]]
 
 
+class RowWidthMismatch(ConformanceFailure):
+    """A copy between tiers whose rows hold different numbers of bytes (a host pool sized from other dimensions)."""
+
+
+def row_bytes(layer: torch.Tensor) -> int:
+    """Bytes of one row (slot) of a layer's buffer."""
+    return int(torch.Size(layer.shape[1:]).numel()) * layer.element_size()
+
+
 class DirectCopy:
     """transfer_kv_direct as a plain index copy; observers may gate and record each call."""
 
@@ -323,6 +332,10 @@ class DirectCopy:
         self._lock = threading.Lock()
 
     def __call__(self, src_layers: list, dst_layers: list, src_indices: Any, dst_indices: Any, page_size: int = 1) -> None:
+        for src, dst in zip(src_layers, dst_layers):
+            if row_bytes(src) != row_bytes(dst):
+                raise RowWidthMismatch(f"S5: a copy from rows of {row_bytes(src)} bytes into rows of {row_bytes(dst)}: the two tiers disagree on "
+                                       f"a slot's width, so no page comes back as it was stored")
         with self._lock:
             observers = list(self.observers)
         finish = [observer(src_layers, dst_layers, src_indices, dst_indices) for observer in observers]

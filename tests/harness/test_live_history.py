@@ -4,7 +4,9 @@ CPU, the older call shapes, a constructor taking its settings as arguments, the 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import queue
 import sys
 import threading
@@ -186,6 +188,22 @@ def test_each_call_takes_the_shape_the_trees_own_signature_asks_for():
     assert torch.equal(calls.init_load_back(runtime_with(False), older, match), torch.arange(2))
     assert older.calls == [("insert", [1, 2, 3, 4]), ("evict", 12), ("load", "node", 8)]
     assert newer.calls == [("insert", ("key", (1, 2)))]
+
+
+
+@pytest.mark.parametrize("field", ["last_host_node", "best_match_node"])
+def test_a_load_back_names_the_node_as_the_trees_params_object_does(field):
+    @dataclasses.dataclass
+    class InitLoadBackParams:
+        host_hit_length: int
+        mem_quota: int | None = None
+
+    fields = InitLoadBackParams.__dataclass_fields__
+    params_class = dataclasses.make_dataclass("InitLoadBackParams", [(field, object)] + [(n, f.type, f) for n, f in fields.items()])
+    cache = SimpleNamespace(init_load_back=lambda params: (getattr(params, field), None))
+    cache.init_load_back.__signature__ = inspect.Signature([inspect.Parameter("params", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    runtime = SimpleNamespace(module={"base_prefix_cache": SimpleNamespace(InitLoadBackParams=params_class)}.__getitem__)
+    assert calls.init_load_back(runtime, cache, SimpleNamespace(best_match_node="node", host_hit_length=8)) == "node"
 
 
 def test_an_older_scheduler_tells_the_cache_nothing_of_an_abort_and_pops_the_loaded_count_itself():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import dataclasses
 import time
 import types
@@ -94,6 +95,17 @@ def test_direct_copy_copies_rows_and_brackets_observers():
     assert len(seen) == 2
 
 
+
+def test_direct_copy_between_rows_of_different_widths_names_s5_before_it_touches_anything():
+    seen = []
+    copy = shims.DirectCopy()
+    copy.add(lambda *args: seen.append("start") or (lambda: None))
+    device, host = [torch.ones(4, 1, 148, dtype=torch.uint8)], [torch.zeros(4, 1, 136, dtype=torch.uint8)]
+    with pytest.raises(shims.RowWidthMismatch, match=r"^S5: a copy from rows of 148 bytes into rows of 136: "):
+        copy(device, host, torch.tensor([0]), torch.tensor([1]))
+    assert not host[0].any() and seen == [], "nothing copied, no IO recorded"
+
+
 def test_injected_time_reads_the_harness_clock_and_passes_the_rest():
     clock = ManualClock(1000.0)
     injected = shims.InjectedTime()
@@ -135,3 +147,30 @@ def test_every_shim_is_documented_in_the_upstream_docs_table():
     rows = {line.split("|")[1].strip(" `") for line in readme.splitlines() if line.startswith("| `")}
     missing = [name for name in names if name not in rows]
     assert not missing, f"docs/upstream.md's shim table lacks {missing}"
+
+
+def test_a_thread_ended_by_the_harness_own_hold_running_out_is_no_upstream_death():
+    from types import SimpleNamespace
+
+    from conformance.gates import GateTimeout
+    from conformance.live.threads import StorageThreads
+
+    def dies(error: Exception) -> threading.Thread:
+        def run():
+            try:
+                raise error
+            except Exception as exc:
+                taps.thread_errors.append((threading.get_ident(), f"{type(exc).__name__}: {exc} in _page_transfer"))
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return thread
+
+    taps = SimpleNamespace(thread_errors=[], io_thread=None)
+    held = SimpleNamespace(prefetch_io_aux_thread=dies(GateTimeout("hold 'indexer get' was never released within 20.0s")))
+    assert StorageThreads(held, ["prefetch_io_aux_thread"], taps, 1.0).deaths() == []
+    taps.thread_errors.clear()
+    broken = SimpleNamespace(prefetch_io_aux_thread=dies(IndexError("index 64 is out of bounds")))
+    assert StorageThreads(broken, ["prefetch_io_aux_thread"], taps, 1.0).deaths() == [
+        "L5: upstream's prefetch_io_aux_thread ended on IndexError: index 64 is out of bounds in _page_transfer; its loop catches only "
+        "queue.Empty, so no later transfer of this cache runs"]

@@ -9,12 +9,12 @@ then its line below (docs/contributing.md, "A new upstream layout").
 from __future__ import annotations
 
 from conformance.live.layout import Layout
-from conformance.live.layouts import (hi_mamba, hiradix, hiradix_drain, hiradix_dsa, hiradix_dsa_drain, hiradix_hit_drain, hiradix_threads, unified,
+from conformance.live.layouts import (hi_mamba, hiradix, hiradix_drain, hiradix_dsa, hiradix_dsa_drain, hiradix_dsa_hit_drain, hiradix_hit_drain, hiradix_threads, unified,
                                       unified_dsa, unified_dsa_inline,
                                       unified_fork, unified_fork_mamba, unified_fork_swa,
                                       unified_inline, unified_mamba, unified_mamba_inline, unified_swa, unified_swa_inline)
 
-LAYOUTS: tuple[Layout, ...] = (hiradix.LAYOUT, hiradix_threads.LAYOUT, hiradix_hit_drain.LAYOUT, hiradix_drain.LAYOUT, hiradix_dsa.LAYOUT, hiradix_dsa_drain.LAYOUT, hi_mamba.LAYOUT, unified_fork.LAYOUT, unified.LAYOUT,
+LAYOUTS: tuple[Layout, ...] = (hiradix.LAYOUT, hiradix_threads.LAYOUT, hiradix_hit_drain.LAYOUT, hiradix_drain.LAYOUT, hiradix_dsa.LAYOUT, hiradix_dsa_drain.LAYOUT, hiradix_dsa_hit_drain.LAYOUT, hi_mamba.LAYOUT, unified_fork.LAYOUT, unified.LAYOUT,
                              unified_inline.LAYOUT, unified_dsa.LAYOUT, unified_dsa_inline.LAYOUT,
                              unified_mamba.LAYOUT, unified_mamba_inline.LAYOUT, unified_fork_mamba.LAYOUT,
                              unified_fork_swa.LAYOUT, unified_swa.LAYOUT, unified_swa_inline.LAYOUT)

@@ -30,10 +30,18 @@ def dsa_tier(session: LiveSession) -> tuple[Any, Any]:
     return device_pool, req_pool
 
 
+def pool_of(host_pools: Any, name: Any) -> Any:
+    """One host pool of upstream's host pool group, by its PoolName (a group without get_pool, before 2026-04, keeps
+    its entries in entry_map)."""
+    if hasattr(host_pools, "get_pool"):
+        return host_pools.get_pool(name)
+    return host_pools.entry_map[name].host_pool
+
+
 def attach_indexer(session: LiveSession, device_pool: Any, host_pools: Any) -> None:
     """The indexer as the session's sidecar: upstream's INDEXER host pool out of the host pool group its assembler built."""
     storage = session.runtime.modules["hicache_storage"]
-    session.sidecars = [IndexerSidecar(device_pool, host_pools.get_pool(storage.PoolName.INDEXER), storage, session.storage_file_name)]
+    session.sidecars = [IndexerSidecar(device_pool, pool_of(host_pools, storage.PoolName.INDEXER), storage, session.storage_file_name)]
 
 
 def build_dsa(session: LiveSession) -> Any:

@@ -2,7 +2,9 @@
 
 Its device rows sit at the KV device slots, its host pages at the KV host
 slots (DSAIndexerPoolHost, one page per KV page), and storage keeps each
-page as '<hash>.indexer'. It has no slots of its own to account for.
+page as '<hash>.indexer'. It has no slots of its own: its host pool's own
+free list must stay whole, each slot in it once (a free of KV's slots
+mirrored into it is each slot freed a second time there: S3).
 """
 
 from __future__ import annotations
@@ -48,6 +50,22 @@ class IndexerSidecar(Sidecar):
     def loaded(self, match: Any, device_slots: torch.Tensor) -> torch.Tensor | None:
         return self.rows.read(device_slots)
 
+    def accounting(self) -> dict[str, tuple[int, int, int]]:
+        """(allocated, free, capacity) of the indexer host pool's own allocator: allocated counts the slots missing from
+        its free list, free every entry in it, so a slot listed twice (freed twice) breaks allocated + free == capacity."""
+        return {f"host:{INDEXER}": own_allocator_accounting(self.host)}
+
     def probe_transfer(self) -> Any:
         s = self.storage
         return s.PoolTransfer(name=s.PoolName.INDEXER, hit_policy=s.PoolHitPolicy.ALL_PAGES, indices_from_pool=s.PoolName.KV)
+
+
+def own_allocator_accounting(pool: Any) -> tuple[int, int, int]:
+    """(allocated, free, capacity) of an upstream host pool from its free list (free_slots, and release_slots where frees
+    are kept aside until an alloc merges them); a pool without one is read from available_size() alone."""
+    capacity, free = int(getattr(pool, "logical_size", pool.size)), int(pool.available_size())
+    listed = getattr(pool, "free_slots", None)
+    if not isinstance(listed, torch.Tensor):
+        return capacity - free, free, capacity
+    listed = torch.cat([listed.reshape(-1).cpu(), *(t.reshape(-1).cpu() for t in getattr(pool, "release_slots", []) or [])])
+    return capacity - int(listed.unique().numel()), free, capacity

@@ -5,9 +5,15 @@ its own assembler), in the release line that reads the KV-derived indexer
 beside every KV batch and clamps each batch to the shorter of the two.
 """
 
+from dataclasses import replace
+
 from conformance.live.layout import Layout, Mark, Module
 from conformance.live.layouts.hiradix_drain import DRAIN
 from conformance.live.layouts.hiradix_dsa import DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, LAYOUT as FORK_DSA, SIDECAR_PER_KV_BATCH
+from conformance.live.layouts.hiradix_hit_drain import NO_ACKS
+
+# Progress ACKs tell this build from the hit-drain one (hiradix_dsa_hit_drain).
+ACKS = replace(NO_ACKS, absent=False)
 
 LAYOUT = Layout(
     key="HiRadixCache+dsa/drain",
@@ -26,7 +32,7 @@ LAYOUT = Layout(
     default_extra_pools=FORK_DSA.default_extra_pools,
     kv_rank_replicated=True,
     marks=(
-        DRAIN, DSA_POOL, DSA_ASSEMBLER,
+        DRAIN, ACKS, DSA_POOL, DSA_ASSEMBLER,
         Mark("srt/mem_cache/pool_host/dsa.py", r"^class DSAIndexerPoolHost\b", "DSAIndexerPoolHost"),
         DSA_BRANCH,
     ),
