@@ -70,6 +70,8 @@ def test_a_page_damaged_after_the_existence_check(impl, make_cache, trace, gate,
     keys = list(dict.fromkeys(page_write_keys(trace, pool)))  # in the order written, each once
     if len(keys) < 2:
         pytest.skip(f"{impl.name} stored {len(keys)} page(s) of pool {pool}: no first and last to tell apart")
+    if len(keys) > PAGES:
+        pytest.skip(f"{impl.name} recorded {len(keys)} page keys of pool {pool} for a {PAGES}-page request: no page's place in it is known")
     key = chosen(keys, position)
     files = [p for p in (tmp_path / "storage").rglob("*") if p.is_file() and p.name.endswith(key) and not p.name.startswith(".")]
     if len(files) != 1:

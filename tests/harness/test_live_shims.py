@@ -174,3 +174,14 @@ def test_a_thread_ended_by_the_harness_own_hold_running_out_is_no_upstream_death
     assert StorageThreads(broken, ["prefetch_io_aux_thread"], taps, 1.0).deaths() == [
         "L5: upstream's prefetch_io_aux_thread ended on IndexError: index 64 is out of bounds in _page_transfer; its loop catches only "
         "queue.Empty, so no later transfer of this cache runs"]
+
+
+def test_a_page_write_is_the_pool_its_key_suffix_names_in_either_of_upstreams_spellings():
+    from conformance.live.taps.state import Taps
+    from spec.config import Policy, TerminationConfig
+    from spec.trace import TraceRecorder
+
+    taps = Taps(TraceRecorder(ManualClock(0.0)), TerminationConfig(policy=Policy.WAIT_COMPLETE, page_size=4), 4)
+    taps.pools = {"kv", "indexer"}
+    assert [taps.page_pool(k) for k in ("5e15e6", "5e15e6.indexer", "5e15e6.PoolName.INDEXER", "5e15e6.mamba")] == [
+        "kv", "indexer", "indexer", "kv"]

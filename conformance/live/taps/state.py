@@ -177,6 +177,7 @@ class Taps:
                 self.owner[(pool, s)] = TREE
 
     def page_pool(self, key: str) -> str:
-        """Upstream stores an extra pool's page under '<hash>.<pool>'."""
+        """Upstream stores an extra pool's page under '<hash>.<pool>' (for a while '<hash>.PoolName.INDEXER': the enum's
+        str, not its value)."""
         _, dot, suffix = key.rpartition(".")
-        return suffix if dot and suffix in self.pools else KV
+        return suffix.lower() if dot and suffix.lower() in self.pools else KV
