@@ -11,6 +11,7 @@ can make the suite stricter, never blind.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,18 @@ class Hit:
         return f"{self.path.relative_to(base)}:{self.line}: {why} (`{self.text}`)"
 
 
-def _lines(tree: SglangTree, rel: str) -> list[str]:
+def _lines(tree: SglangTree, rel: str) -> tuple[str, ...]:
     path = tree.package / rel
-    return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    if not path.is_file():
+        return ()
+    stat = path.stat()
+    return _read_lines(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_lines(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """A file's lines, read once while it stays unchanged: every lookup for a tree's adapters reads the same few files."""
+    return tuple(path.read_text(encoding="utf-8", errors="replace").splitlines())
 
 
 def find_all(tree: SglangTree, rel: str, pattern: str, *, within: str | None = None) -> list[Hit]:
