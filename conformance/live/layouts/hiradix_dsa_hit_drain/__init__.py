@@ -5,7 +5,7 @@ The same build as the fork's hiradix_dsa (upstream's DSA device pool and its own
 assembler), under the hit-drain protocol of hiradix_hit_drain.
 """
 
-from conformance.live.layout import Layout
+from conformance.live.layout import Layout, Module
 from conformance.live.layouts.hiradix_drain import DRAIN
 from conformance.live.layouts.hiradix_dsa import (DSA_ASSEMBLER, DSA_BRANCH, DSA_POOL, FORK_INDEXER_HOST, LAYOUT as FORK_DSA,
                                               SIDECAR_PER_KV_BATCH)
@@ -17,7 +17,8 @@ LAYOUT = Layout(
     module_file="srt/mem_cache/hiradix_cache.py",
     layout_name="the hit-drain DSA build",
     session="conformance.live.layouts.hiradix_dsa_hit_drain.session:HitDrainDsaSession",
-    modules=FORK_DSA.modules,
+    # The MLA host pool moved to pool_host/mla.py while the indexer's stayed in memory_pool_host.py: both copy on CPU.
+    modules={**FORK_DSA.modules, "pool_host_mla": Module("sglang.srt.mem_cache.pool_host.mla", "MLATokenToKVPoolHost")},
     capabilities=FORK_DSA.capabilities,
     default_extra_pools=FORK_DSA.default_extra_pools,
     kv_rank_replicated=True,
@@ -25,6 +26,7 @@ LAYOUT = Layout(
         DRAIN, NO_ACKS, DSA_POOL, DSA_ASSEMBLER,
         FORK_INDEXER_HOST, DSA_BRANCH,
     ),
+    host_pool_modules=("memory_pool_host", "pool_host_mla"),
     io_order_rule=SIDECAR_PER_KV_BATCH,
     page_size_rule=FORK_DSA.page_size_rule,
 )
