@@ -1,11 +1,12 @@
 """Collectives an upstream module calls through its own `torch.distributed`, seen by the harness.
 
-HiMambaRadixCache calls torch.distributed.all_reduce and .barrier directly
-(HiRadixCache goes through methods of its own, which taps.py wraps). install()
-gives such a module a `torch` whose `distributed.all_reduce` and `.barrier`
-first tell the Taps active on the calling thread (a scheduler call of one
-cache instance), then run the real collective unchanged. Everything else is
-torch itself.
+HiMambaRadixCache, and HiRadixCache before its reduce methods
+(_all_reduce_attn_groups, which the taps wrap), call torch.distributed.all_reduce
+and .barrier directly, whichever pools the build has. install() gives such a
+module a `torch` whose `distributed.all_reduce` and `.barrier` first tell the
+Taps active on the calling thread (a scheduler call of one cache instance),
+then run the real collective unchanged; tap_fork_cache installs it for every
+cache without the reduce method. Everything else is torch itself.
 """
 
 from __future__ import annotations

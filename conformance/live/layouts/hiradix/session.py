@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from conformance.live import collectives
 from conformance.live.configuration import configure_through, unparsed_extra_config
 from conformance.live.construct import build_from_arguments
 from conformance.live.runtime import Runtime
@@ -41,6 +40,4 @@ class HiRadixSession(LiveSession):
         else:
             cache = m["hiradix_cache"].HiRadixCache(m["cache_init_params"].CacheInitParams(disable=False, **parts), self.args)
         self.kv_host = cache.cache_controller.mem_pool_host
-        if not hasattr(cache, "_all_reduce_attn_groups"):  # an older tree reduces through torch.distributed itself
-            collectives.install(m["hiradix_cache"])
         return cache
