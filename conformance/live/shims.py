@@ -433,21 +433,29 @@ def inject_clock(modules: list[types.ModuleType], injected: InjectedTime, *, per
 # --- storage-batch-size ------------------------------------------------------------------
 
 def set_storage_batch_pages(cache_controller: types.ModuleType, pages: int) -> None:
-    """The module's STORAGE_BATCH_SIZE (2026-06 on); before it, each controller's storage_batch_size, set as it is built."""
+    """The module's STORAGE_BATCH_SIZE (2026-06 on); before it, each controller's storage_batch_size, set as it is built
+    and again as a storage backend is attached (which set it to 128: a DSA build attaches its backend after the build)."""
     cache_controller.STORAGE_BATCH_SIZE = pages
     cls = getattr(cache_controller, "HiCacheController", None)
-    if cls is None or getattr(cls.__init__, "_conformance_batch", False):
+    if cls is None:
         return
-    original = cls.__init__
+    for name in ("__init__", "attach_storage_backend"):
+        original = getattr(cls, name, None)
+        if original is None or getattr(original, "_conformance_batch", False):
+            continue
+        setattr(cls, name, _then_set_batch(original, cache_controller))
 
+
+def _then_set_batch(original: Callable, cache_controller: types.ModuleType) -> Callable:
     @functools.wraps(original)
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
         if hasattr(self, "storage_batch_size"):
             self.storage_batch_size = cache_controller.STORAGE_BATCH_SIZE
+        return result
 
-    init._conformance_batch = True  # type: ignore[attr-defined]
-    cls.__init__ = init
+    wrapper._conformance_batch = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def split_fixed_batch(cc: Any, get_func: str, pages: int) -> None:
