@@ -153,6 +153,7 @@ class HierarchicalCache:
         )
         self.load_back_path = LoadBackPath(parts, eviction=self.eviction)
         self._closed = False
+        self._threads_outlived_close = False  # close() raised: a later close() finishes it
 
     def make_hooks(self) -> CacheHooks:
         """This cache's hooks (caches/core/hooks.py); built once the tree and the copies exist."""
@@ -311,13 +312,17 @@ class HierarchicalCache:
     def close(self) -> None:
         """Stop every thread this cache started; raises naming any that did not stop.
 
-        Background failures do not make close() raise: they were raised by the
-        scheduler call after them and stay listed in background_errors().
+        A thread that did not stop may still be inside a storage call or a
+        collective: the storage and the process groups stay open for it (closed
+        under it, its read would fail as a misuse), and the next close() finishes
+        the job. Background failures do not make close() raise: they were raised
+        by the scheduler call after them and stay listed in background_errors().
         """
-        if self._closed:
+        if self._closed and not self._threads_outlived_close:
             return
-        self._closed = True
-        self.prefetches.abort_all()
+        if not self._closed:
+            self._closed = True
+            self.prefetches.abort_all()
         errors = []
         for stop in (self.controller.close, self.copy_engine.close):
             try:
@@ -326,6 +331,9 @@ class HierarchicalCache:
                 errors.append(str(exc))
         self.prefetches.drain_after_close()
         self.copies.poll()
+        self._threads_outlived_close = bool(errors)
+        if errors:
+            raise CacheTimeoutError("; ".join(errors))
         self.storage.close()
         if self._own_groups:
             import torch.distributed as dist
@@ -333,8 +341,6 @@ class HierarchicalCache:
             for group in self._own_groups:
                 dist.destroy_process_group(group)
             self._own_groups = []
-        if errors:
-            raise CacheTimeoutError("; ".join(errors))
 
     def __enter__(self) -> "HierarchicalCache":
         return self

@@ -11,7 +11,9 @@ One failure has one cause per observation its message labels ("S3: ...";
 "D5/L2: ..." is one observation breaking two rules), found in this order:
 
 1. A background thread of the implementation died: the death is the cause
-   (L5), whatever the test then saw (a wait that never ended, leaked slots).
+   (L5), whatever the test then saw (a wait that never ended, leaked slots),
+   unless the failure's line of another clause quotes the death as what
+   followed from it.
 2. The trace shows a wrong decision (spec clauses D, X1): a liveness failure
    (L1, L2) or a decision failure is caused by the first such vote.
 3. Otherwise each labelled clause, with the event its line names
@@ -223,9 +225,9 @@ def causes_of(error: BaseException, node: Any = None) -> list[Cause]:
 def causes_in(message: str, observations: Sequence[tuple[Any, Any, Any]] = (), schedule: dict | None = None) -> list[Cause]:
     """The causes of a failure with this message, given what the test's caches recorded (maybe nothing)."""
     deaths = thread_deaths(message, observations)
-    if deaths:
-        return [_death(deaths[0], schedule)]
     labelled = labelled_lines(message)
+    if deaths and not _said_as_consequence(deaths[0], labelled):
+        return [_death(deaths[0], schedule)]
     decision = first_wrong_decision(observations) if labelled else None
     out: list[Cause] = []
     for clauses, line in labelled:
@@ -234,6 +236,12 @@ def causes_in(message: str, observations: Sequence[tuple[Any, Any, Any]] = (), s
             cause.schedule = schedule
             out.append(cause)
     return out
+
+
+def _said_as_consequence(death: str, labelled: Sequence[tuple[Sequence[str], str]]) -> bool:
+    """The failure's own line of another clause quotes the death: the test saw the cause first and the thread died of
+    it after (released past a close that returned while it ran), so that clause is the cause and the death beside it."""
+    return any(clauses[0] != "L5" and death in line for clauses, line in labelled)
 
 
 def _from_decision(clause: str) -> bool:

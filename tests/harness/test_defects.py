@@ -49,6 +49,22 @@ def test_a_thread_that_died_is_the_cause_whatever_else_the_test_saw():
     assert (cause.clause, cause.thread, cause.signature) == ("L5", "prefetch_io_aux_thread", "L5 thread prefetch_io_aux_thread")
 
 
+class ClosedCacheWithADeadThread:
+    def background_errors(self):
+        return ["c-r0-io thread failed on request r1: StorageClosedError: FileStorage was used after close()"]
+
+
+def test_a_death_the_failure_quotes_as_what_followed_is_not_its_cause():
+    """close() returned with its IO thread running (F5); released, the thread died on the closed storage: F5 is the
+    cause, the death beside it. The same death the line does not quote is still the cause."""
+    death = ClosedCacheWithADeadThread().background_errors()[0]
+    observed = [(None, None, ClosedCacheWithADeadThread())]
+    (cause,) = causes_in(f"F5: close() returned while ['c-r0-io'] still ran r1's held KV batch; the thread, released: {death}", observed)
+    assert cause.clause == "F5"
+    (cause,) = causes_in("F5: close() returned while ['c-r0-io'] still ran r1's held KV batch", observed)
+    assert cause.clause == "L5"
+
+
 def test_a_wrong_vote_in_the_trace_causes_the_wait_that_did_not_end():
     clock = ManualClock(1000.0)
     trace = sites.attach(TraceRecorder(clock))
