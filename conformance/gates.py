@@ -39,10 +39,14 @@ class Faults:
 
     def __init__(self, where: str = "") -> None:
         self.where = where  # prefixed to each fault's message ("rank 1: ")
-        self._rules: list[list[Any]] = []  # [description, predicate, remaining]
+        self._rules: list[list[Any]] = []  # [description, predicate, remaining, times]
 
     def add(self, description: str, predicate: Predicate, times: int = 1) -> None:
-        self._rules.append([description, predicate, times])
+        self._rules.append([description, predicate, times, times])
+
+    def unfired(self) -> list[str]:
+        """The rules no event ever matched: a scenario built on one judged a fault that never happened."""
+        return [rule[0] for rule in self._rules if rule[2] == rule[3]]
 
     def raise_if_matches(self, event: Event) -> None:
         for rule in self._rules:
@@ -312,6 +316,10 @@ class IoValve:
     def fail(self, description: str, predicate: Predicate, *, times: int = 1) -> None:
         with self._cond:
             self._faults.add(description, predicate, times)
+
+    def unfired(self) -> list[str]:
+        with self._cond:
+            return self._faults.unfired()
 
     def release(self, op: str) -> None:
         """Every later load of op passes."""

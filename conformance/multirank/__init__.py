@@ -18,7 +18,8 @@ Only the adapter protocol is used to reach an implementation.
 """
 
 from conformance.multirank.checks import expected_commit_pages, same_usable_prefix_problems, scenario_problems
-from conformance.multirank.launch import LaunchResult, MultiRankError, cuda_devices_needed, first_divergence, launch, run_or_fail
+from conformance.multirank.launch import (LaunchResult, MultiRankError, TriggerNotProduced, cuda_devices_needed, first_divergence, launch,
+                                          run_or_fail)
 from conformance.multirank.records import AdapterRef, CheckRecord, Launch, LoadRecord, RankScenarioResult, Scenario, ScenarioOutcome, adapter_ref
 from conformance.multirank.scenarios import LEVELS, ORDER_PAIRS, REQUEST_PAGES, SCENARIOS, order_cases, staggered_level
 
@@ -43,6 +44,7 @@ __all__ = [
     "launch",
     "order_cases",
     "run_or_fail",
+    "TriggerNotProduced",
     "same_usable_prefix_problems",
     "scenario_problems",
     "staggered_level",

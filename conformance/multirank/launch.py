@@ -28,7 +28,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from conformance.errors import ConformanceFailure
+from conformance.errors import ConformanceError, ConformanceFailure
 from conformance.bounds import COLLECTIVE_S, HANG_S, LAUNCH_S, STARTUP_S, WAIT_S
 from conformance.multirank.checks import once_per_error, same_usable_prefix_problems, scenario_problems
 from conformance.multirank.records import (
@@ -50,6 +50,10 @@ class LaunchResult:
 
 class MultiRankError(ConformanceFailure):
     """A multi-rank launch failed: a rank hung, crashed or could not start."""
+
+
+class TriggerNotProduced(ConformanceError):
+    """A scenario's planted fault never fired on this implementation: what it judged, it judged without its trigger."""
 
 
 # --- the parent ---------------------------------------------------------------------
@@ -244,9 +248,16 @@ def run_or_fail(adapter: AdapterRef | None, scenarios: Sequence[Scenario], *, sa
 
     same_usable_prefix: also require every rank to serve the same prefix after
     load-back (kept apart so that its failures are reported under S4/F4 only).
+    A scenario whose planted fault never fired on some rank (the implementation
+    moves its IO in other units than the scenario counts) raises
+    TriggerNotProduced instead: nothing it saw is a verdict.
     """
     __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     result = launch(adapter, scenarios, **kwargs)
+    unfired = [f"{outcome.scenario.label}: rank {r.rank}: the fault '{fault.split(': ', 1)[1]}' ({fault.split(': ', 1)[0]}) never fired"
+               for outcome in result.outcomes for r in outcome.ranks for fault in r.unfired_faults]
+    if unfired:
+        raise TriggerNotProduced("; ".join(unfired))
     problems = []
     for outcome in result.outcomes:
         found = scenario_problems(outcome)

@@ -141,6 +141,7 @@ class RankScenarioResult:
     loads: list[LoadRecord] = field(default_factory=list)
     matches: dict[str, tuple[int, int]] = field(default_factory=dict)
     leftover_threads: list[str] = field(default_factory=list)
+    unfired_faults: list[str] = field(default_factory=list)  # faults the scenario planted that no event ever triggered
     leaks: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     background_errors: list[str] = field(default_factory=list)  # what the caches' background_errors() listed after close

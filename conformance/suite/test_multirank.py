@@ -24,13 +24,16 @@ from conformance.multirank import (
     expected_commit_pages,
     order_cases,
     run_or_fail,
+    TriggerNotProduced,
 )
+from conformance.report.matrix import PROP_JUDGED_OUT
 from spec.fence import HitPolicy
 from spec.config import Policy
 from spec.decision import VOTE_COLLECTIVE
 from spec.groups import group_label, vote_group_kinds
 from spec.profiles import VOTE_PROFILES, TimerStart
 from spec.trace import EventKind
+from spec.verdicts import Outcome
 
 
 def page_size(outcome) -> int:
@@ -62,8 +65,12 @@ def run_ranks(impl, device, tmp_path, request):
             reason = cuda_devices_needed(world_size)
             if reason:
                 pytest.skip(reason)
-        return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
-                           hang_timeout_s=HANG_S, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
+        try:
+            return run_or_fail(ref, scenarios, world_size=world_size, device=kind, workdir=tmp_path / f"{world_size}ranks",
+                               hang_timeout_s=HANG_S, preload=[type(impl).__module__, *getattr(impl, "preload_modules", ())], **checks)
+        except TriggerNotProduced as exc:
+            request.node.user_properties.append((PROP_JUDGED_OUT, Outcome.NOT_JUDGED.value))
+            pytest.skip(f"not judged on {impl.name}: {exc}")
 
     return run
 

@@ -185,3 +185,37 @@ def test_a_page_write_is_the_pool_its_key_suffix_names_in_either_of_upstreams_sp
     taps.pools = {"kv", "indexer"}
     assert [taps.page_pool(k) for k in ("5e15e6", "5e15e6.indexer", "5e15e6.PoolName.INDEXER", "5e15e6.mamba")] == [
         "kv", "indexer", "indexer", "kv"]
+
+
+def controller_module() -> types.ModuleType:
+    """A cache_controller of 2026-04: the batch set to 128 pages when a backend is attached, which a DSA build's
+    HybridCacheController does after its build, through super()."""
+    module = types.ModuleType("cache_controller")
+
+    class HiCacheController:
+        def __init__(self, storage_backend=None):
+            if storage_backend is not None:
+                self.attach_storage_backend(storage_backend)
+
+        def attach_storage_backend(self, storage_backend):
+            self.storage_backend = storage_backend
+            self.storage_batch_size = 128
+
+    class HybridCacheController(HiCacheController):
+        def attach_storage_backend(self, storage_backend, host_pools=()):
+            super().attach_storage_backend(storage_backend)
+            self.host_pools = list(host_pools)
+
+    module.HiCacheController, module.HybridCacheController = HiCacheController, HybridCacheController
+    return module
+
+
+def test_the_storage_batch_holds_through_a_backend_attached_after_the_build():
+    module = controller_module()
+    shims.set_storage_batch_pages(module, 2)
+    shims.set_storage_batch_pages(module, 2)  # a second session in the same process: wrapped once
+    built_with = module.HiCacheController("file")
+    attached_later = module.HybridCacheController()
+    attached_later.attach_storage_backend("file", host_pools=["indexer"])
+    assert (built_with.storage_batch_size, attached_later.storage_batch_size) == (2, 2)
+    assert attached_later.host_pools == ["indexer"]
