@@ -77,14 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> "Result":
     import dataclasses
 
-    from lint import baseline, config as config_mod, config_search
+    from lint import baseline, config as config_mod
     from lint.api import lint_paths, lint_repo
     from lint.selection import selection as select_rules
 
     if args.config is not None:
         config = config_mod.load_file(args.config)
     else:
-        config = config_search.find([] if args.repo else args.paths)
+        config = config_mod.find([] if args.repo else args.paths)
     if args.fail_on_warnings:
         config = dataclasses.replace(config, fail_on_warnings=True)
     if args.write_baseline is not None or args.baseline is not None:

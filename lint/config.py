@@ -1,16 +1,23 @@
-"""`[tool.hicache-lint]` configuration: defaults, validation and the Config record.
+"""`[tool.hicache-lint]` configuration: which table a run uses, its defaults,
+validation and the Config record.
 
-Finding the file is lint/config_search.py's job; which rules a selection names is
-lint/selection.py's (this module knows no rule, so that the analysis can use
-the records here without importing the rules).
+Which table: from each linted path upward, the nearest pyproject.toml with the
+table; else from the current directory upward; else a pyproject.toml with the
+table one level below the repository root (SGLang keeps its own in `python/`).
+Without any, the defaults, rooted at the repository root (or the current
+directory).
+
+Which rules a selection names is lint/selection.py's job (this module knows no
+rule, so that the analysis can use the records here without importing the rules).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 try:  # Python >= 3.11
     import tomllib as toml
@@ -60,7 +67,7 @@ class Implementation:
     guard: where the pool_transfers_done check must live: "decision" (the
     decision method) or "commit" (the `commit` methods, which commit or
     release sidecar results: the 0.5.2x ACK drain); None: recognized from the
-    class (see lint/architecture.py).
+    class (see lint/file_analysis.py).
     extra_pools: the configuration says the class has extra pools (None: not said).
     """
 
@@ -285,23 +292,78 @@ def read_toml(path: Path, display: str) -> dict:
         raise LintConfigError(display, f"invalid TOML: {exc}") from None
 
 
-def section_of(data: dict) -> Optional[Any]:
-    tool = data.get("tool")
-    return tool.get(SECTION) if isinstance(tool, dict) else None
-
-
-def config_at(path: Path, root: Path, source: Path) -> Optional[Config]:
-    """The configuration in the file's [tool.hicache-lint] table; None when it has none."""
-    table = section_of(read_toml(path, str(path)))
-    return None if table is None else from_table(table, str(path), root, source)
+def config_at(path: Path, shown: str) -> Optional[Config]:
+    """The configuration in the file's [tool.hicache-lint] table, rooted at its folder; None when it has
+    none. `shown`: the file as errors name it."""
+    tool = read_toml(path, shown).get("tool")
+    table = tool.get(SECTION) if isinstance(tool, dict) else None
+    return None if table is None else from_table(table, shown, path.parent, path)
 
 
 def load_file(path: Path) -> Config:
     """Load an explicitly named configuration file (`--config`)."""
     if not path.is_file():
         raise LintConfigError(str(path), "configuration file not found")
-    found = config_at(path, path.resolve().parent, path.resolve())
+    found = config_at(path.resolve(), str(path))
     if found is None:
         raise LintConfigError(str(path), f"no [tool.{SECTION}] table in this file")
     return found
 
+
+def repo_root(start: Path) -> Optional[Path]:
+    """The nearest directory at or above `start` holding `.git` (a folder, or a worktree's file)."""
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
+
+
+def _table_at(candidate: Path) -> Optional[Config]:
+    return config_at(candidate, str(candidate)) if candidate.is_file() else None
+
+
+def walk_up(start: Path, memo: dict[Path, Optional[Config]]) -> Optional[Config]:
+    """The first pyproject.toml with our table at or above `start` (`memo`: per directory, for many paths)."""
+    for directory in (start, *start.parents):
+        if directory not in memo:
+            memo[directory] = _table_at(directory / "pyproject.toml")
+        if memo[directory] is not None:
+            return memo[directory]
+    return None
+
+
+def _below_root(root: Path) -> Optional[Config]:
+    found = [c for c in (_table_at(p) for p in sorted(root.glob("*/pyproject.toml"))) if c is not None]
+    if len(found) > 1:
+        names = ", ".join(str(c.source) for c in found)
+        raise LintConfigError(str(root), f"several pyproject.toml files below the repository root have a "
+                                     f"[tool.{SECTION}] table ({names}); pass --config to choose one")
+    return found[0] if found else None
+
+
+def find(paths: Iterable[str], cwd: Optional[Path] = None) -> Config:
+    """The configuration for linting `paths` from `cwd`."""
+    cwd = (cwd or Path.cwd()).resolve()
+    chosen: Optional[Config] = None
+    memo: dict[Path, Optional[Config]] = {}
+    for raw in paths:
+        path = Path(os.path.abspath(cwd / raw))  # not resolved: a link loop is reported later, as input
+        found = walk_up(path if path.is_dir() else path.parent, memo)
+        if found is None:
+            continue
+        if chosen is not None and found.source != chosen.source:
+            raise LintConfigError(str(found.source), (
+                f"the paths given fall under two [tool.{SECTION}] tables ({chosen.source} and "
+                f"{found.source}); lint them in separate runs, or pass --config"))
+        chosen = chosen or found
+    if chosen is not None:
+        return chosen
+    found = walk_up(cwd, memo)
+    if found is not None:
+        return found
+    root = repo_root(cwd)
+    if root is not None:
+        found = _below_root(root)
+        if found is not None:
+            return found
+    return Config(root=root or cwd)

@@ -190,23 +190,14 @@ def one_minus(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     return None
 
 
-def or_operands(node: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
-    """Operands of a top-level `a or b or c` chain, None if not an `or`."""
-    if not (isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)):
+def operands(node: cst.BaseExpression, operator: Optional[type] = None) -> Optional[list[cst.BaseExpression]]:
+    """Operands of a top-level `a or b or c` (or `and`) chain of `operator` (cst.Or, cst.And; by default
+    the node's own), None when the node is not one."""
+    if not isinstance(node, cst.BooleanOperation) or not isinstance(node.operator, operator or type(node.operator)):
         return None
     out: list[cst.BaseExpression] = []
     for side in (node.left, node.right):
-        sub = or_operands(side)
-        out.extend(sub if sub is not None else [side])
-    return out
-
-
-def and_operands(node: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
-    if not (isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And)):
-        return None
-    out: list[cst.BaseExpression] = []
-    for side in (node.left, node.right):
-        sub = and_operands(side)
+        sub = operands(side, type(node.operator))
         out.extend(sub if sub is not None else [side])
     return out
 
@@ -217,7 +208,7 @@ def policy_test(test: cst.BaseExpression) -> Optional[tuple[bool, frozenset[str]
     Returns (positive, policies): positive is True for `==`/`in` and False for
     `!=`/`not in`. None when the test is not a policy comparison.
     """
-    ors = or_operands(test)
+    ors = operands(test, cst.Or)
     if ors is not None:
         parts = [policy_test(o) for o in ors]
         if parts and all(p is not None and p[0] for p in parts):

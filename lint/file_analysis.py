@@ -2,6 +2,15 @@
 the implementation each is (configured or recognized), its commit path, and
 the line that brings extra pools into its class.
 
+Which of upstream's two architectures a decision method belongs to: the
+fork's vote per check (`can_terminate_prefetch` computes KV completion, votes,
+and reduces the vote; its pool-transfer guard lives there: HC101-HC103,
+HC107), or SGLang 0.5.2x's ACK drain (the decision votes only the timeout, it
+never reads completion, and an ACK drain commits what landed; the guard lives
+in the commit methods: HC108). A class is taken for the second when its
+decision reads no completion and it defines one of the commit methods; a
+configured `guard` decides instead.
+
 The linter imports this module only for a file that holds a candidate method,
 so that a run (or `--version`) that finds none never loads libcst.
 """
@@ -9,7 +18,7 @@ so that a run (or `--version`) that finds none never loads libcst.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -18,8 +27,8 @@ import libcst as cst
 from lint.analysis import MethodAnalysis, analyze_method
 from lint.analysis.commit import analyze_commit
 from lint.analysis.commit_state import Signals
-from lint.architecture import implementation
-from lint.config import Config
+from lint.config import Config, Implementation
+from lint.cstutil import reads_completion
 from lint.errors import LintError
 from lint.findings import FileError
 from lint.locate import MethodSite, class_sites
@@ -70,6 +79,19 @@ def _class_methods(source: SourceFile, site: MethodSite, whole: WholeModule
     sites = class_sites(site)
     parsed = functools.lru_cache(maxsize=None)(lambda name: _parse_site(source, sites[name], whole))
     return parsed, sites
+
+
+def implementation(config: Config, configured: Optional[Implementation], display: str,
+                   site: MethodSite, decision: cst.FunctionDef) -> Optional[Implementation]:
+    """The implementation this method is: as configured, or recognized as an ACK drain (None: a plain decision)."""
+    if configured is not None and configured.guard is not None:
+        return configured
+    listed = configured.commit if configured is not None and configured.commit else ()
+    present = listed or tuple(n for n in config.commit_methods if n in site.index.methods)
+    if present and not reads_completion(decision):
+        base = configured or config.recognized(display, site.class_qualname, site.method)
+        return replace(base, guard="commit", commit=present)
+    return replace(configured, guard="decision") if configured is not None else None
 
 
 def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path] = None,

@@ -8,8 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from lint.findings import Finding
-from lint.flag_names import DefinitionSearch
-from lint.pools import Evidence, FlagSearch
+from lint.pools import DefinitionSearch, Evidence, FlagSearch
 from lint.rules.pools_unseen import PoolsUnseen
 
 if TYPE_CHECKING:

@@ -45,34 +45,29 @@ class MethodSite:
         return f"{self.class_qualname}.{self.method}"
 
 
-def _module_functions(tree: ast.Module) -> dict[str, FunctionNode]:
-    return {
-        node.name: node
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+def module_functions(tree: ast.Module) -> dict[str, FunctionNode]:
+    return {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _iter_classes(
-    body: list[ast.stmt], prefix: str = ""
-) -> Iterator[tuple[str, ast.ClassDef]]:
+def iter_classes(body: list[ast.stmt], prefix: str = "") -> Iterator[tuple[str, ast.ClassDef]]:
+    """(qualified name, node) of every class, nested ones included."""
     for node in body:
         if isinstance(node, ast.ClassDef):
             qual = f"{prefix}{node.name}"
             yield qual, node
-            yield from _iter_classes(node.body, qual + ".")
+            yield from iter_classes(node.body, qual + ".")
         elif isinstance(node, (ast.If, ast.Try)):
             # Classes defined under `if TYPE_CHECKING:` / `try:` at module level.
             blocks = [node.body, node.orelse]
             if isinstance(node, ast.Try):
                 blocks += [h.body for h in node.handlers] + [node.finalbody]
             for block in blocks:
-                yield from _iter_classes(block, prefix)
+                yield from iter_classes(block, prefix)
 
 
-def _class_index(cls: ast.ClassDef, module_functions: dict[str, FunctionNode]) -> ClassIndex:
+def _class_index(cls: ast.ClassDef, functions: dict[str, FunctionNode]) -> ClassIndex:
     methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    return ClassIndex(methods, module_functions, cls)
+    return ClassIndex(methods, functions, cls)
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -127,30 +122,30 @@ def _site(qual: str, func: FunctionNode, index: ClassIndex) -> MethodSite:
 
 def find_methods(tree: ast.Module, names: frozenset[str]) -> list[MethodSite]:
     """Every method named in `names`, defined directly in any class body."""
-    module_functions = _module_functions(tree)
+    functions = module_functions(tree)
     sites: list[MethodSite] = []
-    for qual, cls in _iter_classes(tree.body):
-        funcs = [
-            n
-            for n in cls.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names
-        ]
+    for qual, cls in iter_classes(tree.body):
+        funcs = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names]
         if funcs:
-            index = _class_index(cls, module_functions)
+            index = _class_index(cls, functions)
             sites.extend(_site(qual, f, index) for f in funcs)
     return sites
 
 
 def find_method(tree: ast.Module, class_qualname: str, method: str) -> Union[MethodSite, str]:
     """The one configured method, or a reason string naming what is missing."""
-    for qual, cls in _iter_classes(tree.body):
-        if qual != class_qualname:
-            continue
-        for node in cls.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
-                return _site(qual, node, _class_index(cls, _module_functions(tree)))
+    cls = find_class(tree, class_qualname)
+    if cls is None:
+        return f"class {class_qualname} not found"
+    func = next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == method),
+                None)
+    if func is None:
         return f"class {class_qualname} has no method {method}"
-    return f"class {class_qualname} not found"
+    return _site(class_qualname, func, _class_index(cls, module_functions(tree)))
+
+
+def find_class(tree: ast.Module, qualname: str) -> Optional[ast.ClassDef]:
+    return next((cls for qual, cls in iter_classes(tree.body) if qual == qualname), None)
 
 
 def class_sites(site: MethodSite) -> dict[str, MethodSite]:

@@ -13,17 +13,26 @@ HC101-HC103 hold only when both are shown, each by a line the finding names:
 Before both existed upstream (the fork before 736263f3d; classes with no
 extra pools) no guard could be written, and no rule fires.
 
-stdlib only: this runs before, and without, any libcst work.
+Names that look like the completion flag but are not it (`pool_transfers_finished`,
+`transfers_done`, `pool_transfer_done`) are searched for the same way: a check
+that reads one is no guard, and HC101 says which it reads and whether anything
+searched defines that name; a configured flag bound nowhere while a name like it
+is bound was renamed.
+
+stdlib only: this runs before, and without, any libcst work (and the name searches in
+`finish`, after the syntax trees are released).
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
+from lint.locate import find_class, module_functions
 from lint.protocol import DONE
 
 
@@ -106,7 +115,7 @@ class ClassPools:
         if key in self.cache:
             return self.cache[key]
         self.cache[key] = None  # a cycle of bases finds nothing more
-        cls = _class(tree, qualname)
+        cls = find_class(tree, qualname)
         found = None if cls is None else self._in_class(tree, lines, path, cls, skip, depth)
         self.cache[key] = found
         return found
@@ -119,7 +128,7 @@ class ClassPools:
         here = "" if depth == 0 else self.display(path)
         if own is not None:
             return Evidence(here, own[0], own[1])
-        functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        functions = module_functions(tree)
         called = {c.func.id for c in ast.walk(cls) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
         helper = _in_body([functions[n] for n in sorted(called & set(functions))], self.fields, lines, self.flag)
         if helper is not None:
@@ -134,7 +143,7 @@ class ClassPools:
 
     def _in_base(self, tree: ast.Module, lines: list[str], path: Path, base: ast.expr,
                  depth: int) -> Optional[Evidence]:
-        if isinstance(base, ast.Name) and _class(tree, base.id) is not None:
+        if isinstance(base, ast.Name) and find_class(tree, base.id) is not None:
             return self.find(tree, lines, path, base.id, depth=depth + 1)
         target = _imported(tree, base)
         file = _module_file(path.parent, target[0], target[1]) if target is not None else None
@@ -146,29 +155,6 @@ class ClassPools:
         except (OSError, SyntaxError, ValueError, RecursionError):
             return None
         return self.find(other, text.splitlines(keepends=True), file, target[2], depth=depth + 1)
-
-
-def _class(tree: ast.Module, qualname: str) -> Optional[ast.ClassDef]:
-    body: list[ast.stmt] = tree.body
-    found: Optional[ast.ClassDef] = None
-    for part in qualname.split("."):
-        found = next((n for n in _class_defs(body) if n.name == part), None)
-        if found is None:
-            return None
-        body = found.body
-    return found
-
-
-def _class_defs(body: list[ast.stmt]) -> Iterator[ast.ClassDef]:
-    for node in body:
-        if isinstance(node, ast.ClassDef):
-            yield node
-        elif isinstance(node, (ast.If, ast.Try)):  # `if TYPE_CHECKING:`, `try:` at module level
-            blocks = [node.body, node.orelse]
-            if isinstance(node, ast.Try):
-                blocks += [h.body for h in node.handlers] + [node.finalbody]
-            for block in blocks:
-                yield from _class_defs(block)
 
 
 def _imported(tree: ast.Module, base: ast.expr) -> Optional[tuple[str, int, str]]:
@@ -252,11 +238,116 @@ class FlagSearch:
         return first_read  # the flag exists, but no file searched binds it
 
 
-def _flag_in(path: Path, display: str, flag: str) -> Optional[Evidence]:
+def _text_naming(path: Path, name: str) -> Optional[str]:
+    """The file's text when it holds `name` (None: it does not, or cannot be read)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    if flag.encode() not in data:
+    return data.decode("utf-8", "replace") if name.encode() in data else None
+
+
+def _flag_in(path: Path, display: str, flag: str) -> Optional[Evidence]:
+    text = _text_naming(path, flag)
+    return None if text is None else flag_evidence(display, text, flag)
+
+
+_TRANSFERS = ("transfer", "xfer", "pool", "extra")
+_ENDED = ("done", "finish", "complet", "ended", "ready", "pending")
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def looks_like_flag(name: str, flag: str) -> bool:
+    """A transfer word with a completion word, or a near miss of the flag's spelling."""
+    if flag in name:
+        return False  # the flag itself, as the guard pass reads it
+    words = [w.lower() for w in _WORD.findall(name)]
+    if any(w.startswith(_TRANSFERS) for w in words) and any(w.startswith(_ENDED) for w in words):
+        return True
+    return difflib.SequenceMatcher(None, name.lower(), flag.lower()).ratio() >= 0.9
+
+
+# an attribute bound (`x.name = ...`) or a class field declared boolean (`name: bool`)
+_BOUND = re.compile(r"\.([A-Za-z_]\w*)\s*=(?!=)|^\s+([A-Za-z_]\w*)\s*:\s*bool\b")
+
+
+def _bound_like(lines: Iterable[str], flag: str) -> Optional[tuple[int, str]]:
+    """(line, name) of the first attribute bound under a name like `flag` (comments skipped)."""
+    for number, line in enumerate(lines, 1):
+        for match in _BOUND.finditer(line.split("#", 1)[0]):
+            name = match.group(1) or match.group(2)
+            if looks_like_flag(name, flag):
+                return number, name
+    return None
+
+
+def _definition(name: str) -> re.Pattern:
+    n = re.escape(name)
+    # `x.name = ...`, `name: bool = ...`, `name=...`, a field `name: bool`, `def name(`, setattr(x, "name", ...)
+    return re.compile(rf"\b{n}\b\s*(?::[^=\n]*)?=(?!=)|^\s*{n}\s*:|\bdef\s+{n}\s*\(|setattr\([^,]+,\s*['\"]{n}['\"]")
+
+
+def defined_at(lines: Iterable[str], name: str) -> Optional[int]:
+    """The first line that binds `name` (comments skipped)."""
+    pattern = _definition(name)
+    for number, line in enumerate(lines, 1):
+        if name in line and pattern.search(line.split("#", 1)[0]):
+            return number
+    return None
+
+
+@dataclass
+class DefinitionSearch:
+    """Where a name is defined: the method's own file, then each group of files
+    (the run's files, the configured implementations, the project tree)."""
+
+    groups: list[Callable[[], Iterable[Path]]]
+    display: Callable[[Path], str]
+    files: Optional[list[Path]] = None
+    found: dict[str, Optional[Evidence]] = field(default_factory=dict)
+    renames: dict[str, Optional[Evidence]] = field(default_factory=dict)  # flag -> a flag-like binding in the files
+
+    def find(self, name: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
+        line = defined_at(own_lines, name)
+        if line is not None:
+            return Evidence("", line, f"defines '{name}'")
+        if name not in self.found:
+            self.found[name] = self._search(name, own_path)
+        return self.found[name]
+
+    def renamed(self, flag: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
+        """Where a flag-like attribute is bound, when `flag` itself is bound nowhere: the flag renamed."""
+        line = _bound_like(own_lines, flag)
+        if line is not None:
+            return Evidence("", line[0], f"defines '{line[1]}'")
+        if flag not in self.renames:  # the same for every method of the run: the files are read once
+            self.renames[flag] = self._renamed_in_files(flag)
+        return self.renames[flag]
+
+    def _renamed_in_files(self, flag: str) -> Optional[Evidence]:
+        for path in self._files():
+            try:
+                lines = path.read_text("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+            line = _bound_like(lines, flag)
+            if line is not None:
+                return Evidence(self.display(path), line[0], f"defines '{line[1]}'")
         return None
-    return flag_evidence(display, data.decode("utf-8", "replace"), flag)
+
+    def _files(self) -> list[Path]:
+        if self.files is None:
+            listed = {path.resolve(): None for group in self.groups for path in group()}
+            self.files = list(listed)
+        return self.files
+
+    def _search(self, name: str, own_path: str) -> Optional[Evidence]:
+        for path in self._files():
+            display = self.display(path)
+            if display == own_path:
+                continue
+            text = _text_naming(path, name)
+            line = defined_at(text.splitlines(), name) if text is not None else None
+            if line is not None:
+                return Evidence(display, line, f"defines '{name}'")
+        return None

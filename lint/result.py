@@ -18,7 +18,6 @@ class Result:
     diff: str = ""  # unified diff of the fixes (--diff)
     files_seen: int = 0
     files_parsed: int = 0
-    lines_seen: int = 0
     methods: int = 0
     baselined: int = 0  # findings left out because the baseline lists them
     fail_on_warnings: bool = False
@@ -37,12 +36,9 @@ class Result:
         level = level_of(finding.code)
         return level == ERROR or (self.fail_on_warnings and level == WARNING)
 
-    def by_level(self) -> Counter:
-        return Counter(level_of(f.code) for f in self.findings)
-
     def summary(self) -> str:
         """One line: what was checked and what was found, by level."""
-        levels = self.by_level()
+        levels = Counter(level_of(f.code) for f in self.findings)
         counts = [plural(levels.get(level, 0), name) for level, name in
                   ((ERROR, "error"), (WARNING, "warning"), (INFO, "note"))]
         checked = f"{plural(self.methods, 'method')} checked in {self.files_parsed} of {plural(self.files_seen, 'file')}"

@@ -48,15 +48,13 @@ class Selection:
     root: Path
 
     def enabled(self, code: str, path: Optional[str] = None) -> bool:
+        """Whether the run checks `code`, in the file `path` when given (per-file-ignores)."""
         if code not in self.enabled_codes:
             return False
-        return path is None or code not in self.ignored_in(path)
-
-    def ignored_in(self, path: str) -> frozenset[str]:
-        if not self.per_file:
-            return frozenset()
+        if path is None or not self.per_file:
+            return True
         relative = relative_posix(path, self.root)
-        return frozenset(code for pattern, codes in self.per_file if _matches(relative, pattern) for code in codes)
+        return not any(code in codes and _matches(relative, pattern) for pattern, codes in self.per_file)
 
 
 def selection(config: Config, select: Optional[Iterable[str]] = None, extend_select: Iterable[str] = (),

@@ -120,10 +120,6 @@ def discover(paths: Iterable[str], ignores: Optional[Ignores] = None,
     return found, errors
 
 
-def passes_prefilter(data: bytes, needles: Iterable[bytes]) -> bool:
-    return any(needle in data for needle in needles)
-
-
 def decode(data: bytes, display: str) -> Union[tuple[str, bool, str], FileError]:
     """(text, had_bom, encoding) or the reason the bytes are not source text."""
     nul = data.find(b"\0")
@@ -174,12 +170,6 @@ def read(candidate: Candidate) -> Union[bytes, FileError]:
         return FileError(candidate.display, f"cannot read: {exc.strerror or exc}")
 
 
-def count_lines(data: bytes) -> int:
-    if not data:
-        return 0
-    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-
-
 def encode(text: str, bom: bool, encoding: str) -> bytes:
     data = text.encode(encoding)
     return b"\xef\xbb\xbf" + data if bom else data
@@ -193,9 +183,12 @@ def named_python(path: Path, data: bytes) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
-def explicit_problem(data: bytes, display: str) -> Optional[FileError]:
-    """Problems reported only for files named explicitly."""
+def explicit_problem(candidate: Candidate, data: bytes) -> Optional[FileError]:
+    """Problems reported only for files named explicitly: empty, not text, or not Python (a README
+    named by mistake, say)."""
     if not data.strip():
-        return FileError(display, "file is empty; expected Python source")
-    decoded = decode(data, display)
-    return decoded if isinstance(decoded, FileError) else None
+        return FileError(candidate.display, "file is empty; expected Python source")
+    decoded = decode(data, candidate.display)
+    if isinstance(decoded, FileError):
+        return decoded
+    return None if named_python(candidate.path, data) else FileError(candidate.display, NOT_PYTHON)

@@ -37,32 +37,26 @@ class Suppression:
     line: int
     col: int
     codes: tuple[str, ...]
-    reason: Optional[str]
     problem: Optional[str]  # why it is not valid; None when it is
 
 
-def _parse(body: str, line: int, col: int) -> Suppression:
-    match = IGNORE.match(body.strip())
+def _parse(body: str) -> tuple[tuple[str, ...], Optional[str]]:
+    """(codes, why the comment is not valid) of an `ignore[...]` comment's text."""
+    match = IGNORE.match(body)
     if match is None:
-        return Suppression(line, col, (), None,
-                           f"unknown directive {body.strip()!r}; expected 'ignore[CODE,...] reason: <text>'")
+        return (), f"unknown directive {body!r}; expected 'ignore[CODE,...] reason: <text>'"
     if match["codes"] is None:
-        return Suppression(line, col, (), None,
-                           "a suppression must name the codes it silences, e.g. 'ignore[HC101] reason: <text>'")
+        return (), "a suppression must name the codes it silences, e.g. 'ignore[HC101] reason: <text>'"
     codes = tuple(c.strip() for c in match["codes"].split(",") if c.strip())
     if not codes:
-        return Suppression(line, col, (), None, "empty code list in 'ignore[]'")
+        return (), "empty code list in 'ignore[]'"
     for code in codes:
         if code not in SUPPRESSIBLE_CODES:
-            return Suppression(line, col, codes, None,
-                               f"cannot suppress {code!r}; suppressible codes: {', '.join(SUPPRESSIBLE_CODES)}")
-    rest = match["rest"].strip()
-    reason_match = REASON.match(rest)
-    reason = reason_match["reason"].strip() if reason_match else ""
-    if not reason:
-        return Suppression(line, col, codes, None,
-                           f"suppression of {', '.join(codes)} gives no reason; add 'reason: <why>'")
-    return Suppression(line, col, codes, reason, None)
+            return codes, f"cannot suppress {code!r}; suppressible codes: {', '.join(SUPPRESSIBLE_CODES)}"
+    reason = REASON.match(match["rest"].strip())
+    if not (reason and reason["reason"].strip()):
+        return codes, f"suppression of {', '.join(codes)} gives no reason; add 'reason: <why>'"
+    return codes, None
 
 
 def method_suppressions(lines: list[str], site: MethodSite) -> list[Suppression]:
@@ -80,7 +74,7 @@ def method_suppressions(lines: list[str], site: MethodSite) -> list[Suppression]
             continue
         match = MARKER.search(text, hash_at)
         if match:
-            found.append(_parse(match["body"], number, match.start() + 1))
+            found.append(Suppression(number, match.start() + 1, *_parse(match["body"].strip())))
     return found
 
 

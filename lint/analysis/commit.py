@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import libcst as cst
 
 from lint.analysis.commit_state import Signals, State, getattr_key, is_constant, positional, reads_done
-from lint.cstutil import and_operands, children, is_name, or_operands, string_value, walk
+from lint.cstutil import children, is_name, operands, string_value, walk
 from lint.locate import ClassIndex, MethodSite
 from lint.unit import ParsedMethod
 
@@ -95,10 +95,6 @@ def _statements(block: Optional[cst.CSTNode]) -> list[cst.CSTNode]:
     for stmt in getattr(block, "body", ()):
         out.extend(stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt])
     return out
-
-
-def _operands(node: cst.BooleanOperation) -> list[cst.BaseExpression]:
-    return (and_operands(node) if isinstance(node.operator, cst.And) else or_operands(node)) or []
 
 
 def _generators(comp: cst.CSTNode) -> Iterator[cst.CompFor]:
@@ -192,7 +188,7 @@ class _Walker:
                 return self.view(args[0])
             return self.view(func.value) if isinstance(func, cst.Attribute) else None
         if isinstance(node, cst.BooleanOperation):
-            return next((v for v in map(self.view, _operands(node)) if v is not None), None)
+            return next((v for v in map(self.view, operands(node) or []) if v is not None), None)
         if isinstance(node, cst.IfExp):
             for side, holds in ((node.body, True), (node.orelse, False)):
                 found = self.view(side)
@@ -262,7 +258,7 @@ class _Walker:
             return True
         if isinstance(node, cst.BooleanOperation):
             conjunction = isinstance(node.operator, cst.And)
-            for value in _operands(node):
+            for value in operands(node) or []:
                 visit(value, state)
                 state = state.learn(self.facts(value, conjunction))
             return True

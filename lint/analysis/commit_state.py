@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Optional
 
 import libcst as cst
 
-from lint.cstutil import and_operands, is_name, or_operands, string_value, walk
+from lint.cstutil import is_name, operands, string_value, walk
 from lint.protocol import DONE
 
 
@@ -107,9 +107,8 @@ class Signals:
             return again(expr.expression, not holds)
         if isinstance(expr, cst.BooleanOperation):
             conjunction = isinstance(expr.operator, cst.And)
-            operands = (and_operands if conjunction else or_operands)(expr) or []
             # all parts hold for a true `and`, none for a false `or`; otherwise nothing is known
-            return _union(again(v, holds) for v in operands) if conjunction == holds else {}
+            return _union(again(v, holds) for v in operands(expr) or []) if conjunction == holds else {}
         if (isinstance(expr, cst.Attribute) and expr.attr.value == self.flag) or getattr_key(expr) == self.flag:
             return {"done": holds}
         if self._io_ended(expr):

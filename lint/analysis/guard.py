@@ -18,10 +18,10 @@ from lint.analysis.roles import Roles, done_polarities
 from lint.cstutil import (
     POLICIES,
     VOTING_POLICIES,
-    and_operands,
     is_false_constant,
     is_name,
     names_read,
+    operands,
     policy_test,
     reads_completion,
 )
@@ -117,11 +117,11 @@ def best_guard(guards: list[Guard]) -> Optional[Guard]:
 
 def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     """`a and b` -> [a, b]; `not (a and b)` around the done flag reads as its inside."""
-    operands = and_operands(expr)
-    if operands is not None:
-        return [c for o in operands for c in _conjuncts(o)]
+    parts = operands(expr, cst.And)
+    if parts is not None:
+        return [c for o in parts for c in _conjuncts(o)]
     if (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not)
-            and and_operands(expr.expression) is not None):
+            and operands(expr.expression, cst.And) is not None):
         return _conjuncts(expr.expression)
     return [expr]
 
@@ -209,14 +209,14 @@ class _Finder:
 
     def assign_guard(self, rec: StmtRec, node: cst.Assign) -> Optional[Guard]:
         target = single_target(node)
-        operands = and_operands(node.value)
-        if target is None or not operands:
+        parts = operands(node.value, cst.And)
+        if target is None or not parts:
             return None
         aliases = self.roles.done_aliases
-        if not any(any(not neg for neg in done_polarities(o, aliases, self.roles.flag)) for o in operands):
+        if not any(any(not neg for neg in done_polarities(o, aliases, self.roles.flag)) for o in parts):
             return None
-        self_ref = any(isinstance(o, cst.Name) and o.value == target for o in operands)
-        others = [o for o in operands if not (isinstance(o, cst.Name) and o.value == target)]
+        self_ref = any(isinstance(o, cst.Name) and o.value == target for o in parts)
+        others = [o for o in parts if not (isinstance(o, cst.Name) and o.value == target)]
         relocatable = self_ref and _alone_in_block(rec)
         return self._make(rec, "assign", target, self._condition(others), relocatable)
 

@@ -11,7 +11,7 @@ import libcst as cst
 
 from lint.analysis.body import Body
 from lint.cstutil import is_name, string_value, walk
-from lint.flag_names import looks_like_flag
+from lint.pools import looks_like_flag
 from lint.unit import ParsedMethod
 
 

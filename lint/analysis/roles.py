@@ -25,7 +25,7 @@ from lint.cstutil import (
     looks_boolean,
     names_read,
     one_minus,
-    or_operands,
+    operands,
     reads_completion,
     string_value,
 )
@@ -150,9 +150,9 @@ def vote_from_return(func: cst.FunctionDef, terminated: Optional[str]) -> Option
     value = last.body[-1].value
     if isinstance(value, cst.Name) and value.value not in ("True", "False"):
         return value.value
-    operands = or_operands(value) if value is not None else None
-    if operands:
-        names = [o.value for o in operands if isinstance(o, cst.Name) and o.value != terminated]
+    parts = operands(value, cst.Or) if value is not None else None
+    if parts:
+        names = [o.value for o in parts if isinstance(o, cst.Name) and o.value != terminated]
         if names:
             return names[0]
     return None

@@ -18,7 +18,7 @@ from lint.analysis.body import Body, covered, single_target
 from lint.analysis.guard import PLACEMENT_LABELS, Guard
 from lint.analysis.reduce import ReduceSite
 from lint.analysis.roles import Roles
-from lint.cstutil import (POLICIES, as_cst, attributes_named, is_name, names_read, one_minus, or_operands, policy_test,
+from lint.cstutil import (POLICIES, as_cst, attributes_named, is_name, names_read, one_minus, operands, policy_test,
                           strip_casts, walk)
 from lint.locate import ClassIndex
 from lint.protocol import COMPLETION, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
@@ -143,10 +143,10 @@ def find_combine(body: Body, roles: Roles, reduce: Optional[ReduceSite], kinds: 
             continue
         if not (isinstance(node, cst.Return) or (target is not None and target == vote)):
             continue
-        operands = or_operands(value)
-        if not operands:
+        parts = operands(value, cst.Or)
+        if not parts:
             continue
-        kinds = [classify(o) for o in operands]
+        kinds = [classify(o) for o in parts]
         if any("vote" in k for k in kinds) and any("terminated" in k and "vote" not in k for k in kinds):
             return combined, rec.line
     final = body.returns[-1].line if body.returns else def_line

@@ -60,5 +60,9 @@ def hiradix(before_policies: str = "", before_reduce: str = "", after_reduce: st
     return HEAD + COMPLETED + before_policies + POLICIES + before_reduce + TP_REDUCE + after_reduce + TAIL
 
 
+# A minimal single-rank method, for examples about one statement: its completion predicate, then theirs.
+PREDICATE = "        completed = op.completed_tokens == len(op.hash_value) * self.page_size\n"
+SMALL = "\nclass Cache:\n    def can_terminate_prefetch(self, op):\n" + PREDICATE
+
 # The guarded fork method, the spec's form: every rule's first valid example.
 GUARDED = IMPORTS + "class HiRadixCache:\n" + hiradix(before_policies=GETATTR_GUARD)

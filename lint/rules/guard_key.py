@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterable
 from lint.findings import Finding
 from lint.protocol import OTHER_LOCAL, TRANSFERS_ONLY, VOTE_KEYED
 from lint.rules.base import Invalid, MethodRule, fenced, with_pools
-from lint.rules.examples import GUARDED, HEAD, POLICIES, guard_line
+from lint.rules.examples import GUARDED, HEAD, POLICIES, SMALL, guard_line
 from lint.rules.guard_upstream import FORCES_VOTE, SINGLE_RANK_RETURN
 
 if TYPE_CHECKING:
@@ -34,10 +34,7 @@ KEYED_ON_VOTE_FENCED_FIXED = _keyed(before_policies=LOADING + guard_line("comple
 # Not fenced: re-keyed onto completion, still forcing the vote (upstream's form).
 KEYED_ON_VOTE_FIXED = _keyed(after_policies=LOADING + guard_line("can_terminate"))
 
-FOLDED_ON_TRANSFERS = with_pools('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+FOLDED_ON_TRANSFERS = with_pools(SMALL + '''\
         can_terminate = False
         if self.prefetch_stop_policy == "wait_complete":
             can_terminate = completed

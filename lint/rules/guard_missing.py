@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule, fenced, with_pools
-from lint.rules.examples import GUARDED
+from lint.rules.examples import GUARDED, SMALL
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -136,28 +136,19 @@ class Cache:
         Invalid(GETATTR_FILE_UNGUARDED, line=6, fixed=GETATTR_FILE_FIXED, config=fenced("HiMambaRadixCache")),
         Invalid(NO_EVIDENCE, line=3, fixed=NO_EVIDENCE, config=fenced("Cache")),
         # inverted: this forces "no" once the transfers are done, not while they run
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if completed and op.pool_transfers_done:
             completed = False
         return completed
 ''' + POOLED_TAIL, line=3),
         # the check is there, but it only logs
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if completed and not op.pool_transfers_done:
             self.log.warning("extra pools still loading for %s", op.request_id)
         return completed
 ''' + POOLED_TAIL, line=3, message="line 5 forces nothing to no"),
         # a name like the flag's is not the flag: the finding says what it reads instead
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if completed and op.pool_transfers and not op.pool_transfers_finished:
             completed = False
         return completed

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from lint.findings import Finding
 from lint.rules.base import POOLED_TAIL, Invalid, MethodRule
-from lint.rules.examples import GUARDED, TORCH, guard_line, hiradix
+from lint.rules.examples import GUARDED, SMALL, TORCH, guard_line, hiradix
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -67,10 +67,7 @@ class HiMambaRadixCache:
         Invalid(VOTE_FORCING_AFTER_REDUCE, line=24, fixed=VOTE_FORCING_AFTER_REDUCE_FIXED,
                 message="after the cross-rank reduce"),
         # upstream's form before the policy branches: they set the vote again
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         can_terminate = False
         if completed and not op.pool_transfers_done:
             can_terminate = False
@@ -81,10 +78,7 @@ class Cache:
         return can_terminate
 ''' + POOLED_TAIL, line=6, message="'can_terminate' is bound again at line 9"),
         # an earlier return on the wait_complete path hands out "yes" around the guard
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if self.prefetch_stop_policy == "wait_complete":
             return completed
         if completed and not op.pool_transfers_done:
@@ -92,10 +86,7 @@ class Cache:
         return completed or self.timed_out(op)
 ''' + POOLED_TAIL, line=7, message="bypasses it"),
         # early-return guard ahead of the collective
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if completed and not op.pool_transfers_done:
             return False
         can_terminate = completed
@@ -103,20 +94,14 @@ class Cache:
         return flags[0] == 0 or flags[1] == 1
 ''' + POOLED_TAIL, line=5, message="skip the collective"),
         # the predicate was already folded into the vote
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         can_terminate = completed
         if completed and not op.pool_transfers_done:
             completed = False
         return can_terminate
 ''' + POOLED_TAIL, line=6, message="already used"),
         # only the wait_complete path is guarded
-        Invalid('''
-class Cache:
-    def can_terminate_prefetch(self, op):
-        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+        Invalid(SMALL + '''\
         if self.prefetch_stop_policy == "wait_complete":
             if completed and not op.pool_transfers_done:
                 completed = False

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from lint.rules.base import POOLED_TAIL, Invalid, SuppressionRule
+from lint.rules.examples import PREDICATE
 
-_UNGUARDED_BODY = '''        completed = op.completed_tokens == len(op.hash_value) * self.page_size
-        return completed
-''' + POOLED_TAIL
-
-_GUARDED_BODY = '''        completed = op.completed_tokens == len(op.hash_value) * self.page_size
+_UNGUARDED_BODY = PREDICATE + "        return completed\n" + POOLED_TAIL
+_GUARDED_BODY = PREDICATE + '''\
         if completed and op.pool_transfers and not op.pool_transfers_done:
             completed = False
         return completed

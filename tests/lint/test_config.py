@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from lint import config as config_mod
-from lint import config_search
 from lint.api import lint_repo, lint_source
 from lint.config import Config, Implementation
 from lint.errors import LintConfigError
@@ -57,13 +56,13 @@ def test_discovery_walks_up_past_pyprojects_without_the_table(tmp_path):
     inner = tmp_path / "a" / "b"
     inner.mkdir(parents=True)
     (tmp_path / "a" / "pyproject.toml").write_text("[project]\nname = 'inner'\n")
-    config = config_search.discover(inner)
+    config = config_mod.find([], inner)
     assert config.methods == ("stop_now",)
     assert config.root == tmp_path.resolve()
 
 
 def test_no_config_found_gives_defaults(tmp_path):
-    config = config_search.discover(tmp_path)
+    config = config_mod.find([], tmp_path)
     assert config.methods == Config().methods and config.source is None
 
 
@@ -74,9 +73,9 @@ def test_discovery_starts_from_the_linted_files(tmp_path, run_cli):
     (python / "pkg").mkdir(parents=True)
     write_pyproject(python, 'methods = ["stop_now"]\n')
     (python / "pkg" / "cache.py").write_text("class C:\n    def stop_now(self, op):\n        return op.completed_tokens > 0\n")
-    assert config_search.find(["python/pkg/cache.py"], tmp_path).source == python / "pyproject.toml"
+    assert config_mod.find(["python/pkg/cache.py"], tmp_path).source == python / "pyproject.toml"
     # with no path (--repo), the one table a level below the repository root
-    assert config_search.find([], tmp_path).source == python / "pyproject.toml"
+    assert config_mod.find([], tmp_path).source == python / "pyproject.toml"
     proc = run_cli("python/pkg/cache.py", cwd=tmp_path)
     assert proc.returncode == 0 and proc.summary.startswith("hicache-lint: 1 method checked"), proc.stderr
     other = tmp_path / "other"
@@ -86,7 +85,7 @@ def test_discovery_starts_from_the_linted_files(tmp_path, run_cli):
     proc = run_cli("python/pkg/cache.py", "other/a.py", cwd=tmp_path)
     assert proc.returncode == 2 and "fall under two [tool.hicache-lint] tables" in proc.errors, proc.stderr
     with pytest.raises(LintConfigError, match="several pyproject.toml files below the repository root"):
-        config_search.find([], tmp_path)
+        config_mod.find([], tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +229,7 @@ def make_repo(tmp_path: Path, samples: Path, skip: str | None = None) -> Path:
 
 def test_repo_mode_lints_the_configured_implementations(tmp_path, samples, run_cli):
     make_repo(tmp_path, samples)
-    config = config_search.discover(tmp_path)
+    config = config_mod.find([], tmp_path)
     result = lint_repo(config)
     assert result.errors == []
     assert [(Path(f.path).name, f.code) for f in result.findings] == [

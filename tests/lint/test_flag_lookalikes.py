@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lint.flag_names import looks_like_flag
+from lint.pools import looks_like_flag
 
 CACHE = '''class Cache:
     def can_terminate_prefetch(self, op):
