@@ -186,7 +186,8 @@ class BuiltinAdapter:
         return CacheSession(cache)
 
 
-_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points"})
+_COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points",
+                     "bounded_close"})
 
 
 _KV_ALONE = frozenset({"no_extra_pools"})  # every built-in cache but hi_mamba_radix (its mamba state is required)

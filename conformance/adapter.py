@@ -54,6 +54,7 @@ CAPABILITIES = {
     "model_names": "builds a cache for another model whose pages have its default's format (env.kv_format 'model')",
     "host_layouts": "builds a cache whose KV pages hold the same bytes as its default's in another order (env.kv_format 'layout': another host memory layout)",
     "no_extra_pools": "runs with no extra pool when env.extra_pools is empty: KV alone",
+    "bounded_close": "close() ends every thread it started within env.wait_timeout_s, or raises saying it did not (a runtime close, not a process-exit hook that logs and returns while daemon threads die with the process)",
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 

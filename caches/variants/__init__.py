@@ -11,6 +11,7 @@ They are never registered as entry points.
 """
 
 from caches.variants.anchor_pin_released_early import anchor_pin_released_early
+from caches.variants.close_returns_quietly import close_returns_quietly
 from caches.variants.degraded_key_kept import degraded_key_kept
 from caches.variants.drain_skipped_when_idle import drain_skipped_when_idle
 from caches.variants.extra_vote_on_one_group import extra_vote_on_one_group
@@ -58,6 +59,7 @@ EXPECTED_FAILURES = {
     "free_ignores_load_backs": ("F9", "S3"),
     "anchor_pin_released_early": ("F8",),
     "window_counts_leading_pages": ("F10",),
+    "close_returns_quietly": ("F5",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -66,6 +68,6 @@ ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unc
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
            "namespace_ignores_layout", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
-           "free_ignores_load_backs", "anchor_pin_released_early",
+           "free_ignores_load_backs", "anchor_pin_released_early", "close_returns_quietly",
            "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
            "sidecar_hit_unreduced", "vote_over_attn_tp_only", "EXPECTED_FAILURES", "ONLY_THESE"]

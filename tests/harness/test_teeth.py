@@ -72,6 +72,8 @@ RUNS = {
     "snapshot_holds": Selection("test_snapshot_holds", ("vote_reads_live_progress", "snapshot_before_mark"), "hiradix"),
     # A load-back whose KV copy fails while its indexer copy still writes the same slots.
     "load_back_copies": Selection("test_load_back_copies", ("free_ignores_load_backs",), "hiradix"),
+    # A storage read held past close()'s bound: close must stop the thread or say it did not.
+    "close": Selection("test_close", ("close_returns_quietly",), "hiradix"),
     # Host eviction while a prefetch hangs below a host-only node.
     "anchor_pins": Selection("test_anchor_pins", ("anchor_pin_released_early",), "hiradix"),
     # The window's last page lost after the existence check.
