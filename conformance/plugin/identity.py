@@ -36,8 +36,10 @@ def _git(path: Path, *args: str) -> str | None:
         return None
 
 
-def git_state(path: str | Path) -> dict | None:
-    """{"commit", "modified"} of the git checkout holding path; None when it is not one (or git is missing)."""
+def git_state(path: str | Path, only: tuple[str, ...] = ()) -> dict | None:
+    """{"commit", "modified"} of the git checkout holding path; None when it is not one (or git is missing).
+
+    only: the folders, beside path's, whose changes count as "modified" (default: the whole checkout)."""
     folder = Path(path).expanduser()
     folder = folder if folder.is_dir() else folder.parent
     if not folder.is_dir():
@@ -45,7 +47,8 @@ def git_state(path: str | Path) -> dict | None:
     head = (_git(folder, "rev-parse", "HEAD") or "").strip()
     if len(head) != 40:
         return None
-    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    scope = [str(folder.parent / name) for name in only if (folder.parent / name).is_dir()]
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no", *(["--", *scope] if scope else []))
     return {"commit": head, "modified": None if status is None else bool(status.strip())}
 
 
@@ -87,10 +90,14 @@ def source_version(package_dir: Path = PACKAGE_DIR) -> str | None:
     return project.get("version") if project.get("name") == SUITE_DISTRIBUTION else None
 
 
+# What a run of the suite executes: an uncommitted change elsewhere (the linter, the docs) changes no verdict.
+SUITE_PACKAGES = ("conformance", "spec", "caches")
+
+
 def suite_identity() -> dict:
     """This suite: distribution name and version, commit (and uncommitted changes), where it was loaded from."""
     dist = distribution_of(__name__)
-    git = git_state(PACKAGE_DIR)
+    git = git_state(PACKAGE_DIR, only=SUITE_PACKAGES)
     commit = git["commit"] if git else _recorded_commit(SUITE_DISTRIBUTION)
     return {"name": SUITE_DISTRIBUTION, "version": dist["version"] if dist else source_version(), "commit": commit,
             "modified": git["modified"] if git else None, "path": str(PACKAGE_DIR)}
