@@ -11,17 +11,19 @@ guard is owed, drift, suppressions, the baseline) run in `finish`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, TypeVar, Union
 
-from lint import baseline, guard_owed, suppress
+from lint import baseline, suppress
 from lint.config import Config, repo_root
 from lint.findings import FileError, Finding
 from lint.ignore import Ignores
 from lint.locate import MethodSite, find_method, find_methods
-from lint.pools import ClassPools, DefinitionSearch, Evidence, FlagSearch, flag_evidence
+from lint.pools import ClassPools, Evidence, FileSearch
 from lint.result import Result, plural
 from lint.rules import ALL_RULES, GroupRule, MethodRule
+from lint.rules.pools_unseen import PoolsUnseen
 from lint.selection import Selection, selection as select_rules
 from lint.source import Candidate, SourceFile, discover, display_path, explicit_problem, load, read
 
@@ -58,11 +60,9 @@ class Linter:
         self.needles = [n.encode() for n in sorted(names)]
         self.read_paths: list[Path] = []  # every file read, searched for a flag-like name HC101 names
         self.class_pools = ClassPools(config.pool_fields, display_path, config.completion_flag)
-        self.flag_seen: list[Evidence] = []  # where the run's own files hold the completion flag
-        self.flags = FlagSearch(self.flag_seen, [self.configured_files, self.tree_files], display_path,
-                                config.completion_flag)
-        self.names = DefinitionSearch([lambda: self.read_paths, self.configured_files, self.tree_files],
-                                      display_path)
+        # where the completion flag and the names HC101 reads are, beyond a method's own file
+        self.search = FileSearch([lambda: self.read_paths, self.configured_files, self.tree_files], display_path,
+                                 config.completion_flag)
 
     # ------------------------------------------------------------- collecting
     def lint_text(self, text: str, display: str, sites: Optional[list["MethodSite"]] = None,
@@ -89,17 +89,12 @@ class Linter:
                 self.result.errors.append(FileError(display, (
                     f"implementation '{method.implementation}': class {method.site.class_qualname} has no "
                     f"commit method {', '.join(method.commit.missing)}")))
-        self._note_flag(display, source.text)
+        self.search.note_flag(display, source.text)
         if not self.keep_trees:
             self._run_method_rules(analysis)
         self.analyses.append(analysis)
         self.result.methods += len(analysis.methods)
         return analysis
-
-    def _note_flag(self, display: str, text: str) -> None:
-        found = flag_evidence(display, text, self.config.completion_flag)
-        if found is not None:
-            self.flag_seen.append(found)
 
     def _run_method_rules(self, analysis: "FileAnalysis") -> None:
         for method in analysis.methods:
@@ -143,7 +138,7 @@ class Linter:
                 return None
         if prefilter and not any(needle in data for needle in self.needles):
             if self.config.completion_flag.encode() in data:
-                self._note_flag(candidate.display, data.decode("utf-8", "replace"))
+                self.search.note_flag(candidate.display, data.decode("utf-8", "replace"))
             return None
         return self.kept(load(candidate, data))
 
@@ -173,8 +168,35 @@ class Linter:
                 for finding in rule().check(method)]
 
     def owed(self, method: "MethodAnalysis") -> list[Finding]:
-        """The method's findings, HC101-HC103 kept only where a guard is owed."""
-        return guard_owed.owed(self.own(method), method, self.flags, self.names)
+        """The method's findings, HC101-HC103 kept (their evidence named) only where a guard is owed (see
+        lint/pools.py); where the configuration expects extra pools the code does not show, an HC109 note
+        takes their place."""
+        findings = self.own(method)
+        gated = [f for f in findings if f.code in OWED_CODES]
+        if not gated:
+            return findings
+        kept = [f for f in findings if f.code not in OWED_CODES]
+        pools = method.pools
+        flag = self.search.flag_at() if pools is not None else None
+
+        def owed_with(evidence: str) -> list[Finding]:
+            also = _lookalikes(method, self.search) if method.lookalikes else ""
+            return kept + [replace(f, evidence=evidence + (also if f.code == "HC101" else "")) for f in gated]
+
+        if pools is not None and flag is not None:
+            return owed_with(f"extra pools: {pools.describe()}; their completion flag: {flag.describe()}")
+        impl = method.implementation
+        if pools is not None and impl is not None and impl.configured:
+            renamed = self.search.renamed(method.lines)
+            if renamed is not None:
+                # the class still has its pools and the flag is gone, but a name like it is bound: renamed.
+                # That fails the run, or renaming the flag everywhere would turn every guard check off.
+                return owed_with(f"extra pools: {pools.describe()}; its completion flag '{method.flag}' "
+                                 f"(completion-flag) is defined and read nowhere in {NOWHERE}, and "
+                                 f"{renamed.describe()}: if the flag was renamed, set completion-flag to the new name")
+        if impl is not None and impl.extra_pools:
+            kept.append(_pools_unseen(method, pools, flag if pools is not None else self.search.flag_at()))
+        return kept
 
     def live(self, method: "MethodAnalysis", analysis: "FileAnalysis") -> list[Finding]:
         """This method's own findings that survive its suppression comments."""
@@ -210,6 +232,33 @@ class Linter:
         self.result.findings = sorted(set(findings), key=Finding.sort_key)
         self.result.errors.sort(key=lambda e: (e.path, e.message))
         return self.result
+
+
+OWED_CODES = frozenset({"HC101", "HC102", "HC103"})
+NOWHERE = "the linted files, the configured implementations or the project tree"
+
+
+def _lookalikes(method: "MethodAnalysis", search: FileSearch) -> str:
+    """Where each flag-like name HC101 reads is defined, if anywhere searched."""
+    parts = []
+    for name, _ in method.lookalikes:
+        found = search.defined(name, method.path, method.lines)
+        parts.append(found.describe() if found is not None else f"nothing in {NOWHERE} defines '{name}'")
+    return "".join(f"; {part}" for part in parts)
+
+
+def _pools_unseen(method: "MethodAnalysis", pools: Optional[Evidence], flag: Optional[Evidence]) -> Finding:
+    """HC109: the configuration expects extra pools; the evidence missing for a guard to be owed."""
+    missing = []
+    if pools is None:
+        missing.append("no line of the class, the module functions it calls or its base classes brings "
+                       "extra-pool transfers in")
+    if flag is None:
+        missing.append(f"no '{method.flag}' flag exists in {NOWHERE}")
+    return PoolsUnseen.finding(
+        method, method.def_line, method.def_col,
+        f"{method.qualname} is configured with extra-pools = true, but {' and '.join(missing)}: its "
+        f"pool-transfer guard is not checked until both exist")
 
 
 def lint_paths(paths: Sequence[Union[str, Path]], config: Optional[Config] = None, *,

@@ -122,26 +122,25 @@ def names_read(node: Optional[cst.CSTNode]) -> set[str]:
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
+def attribute_read(node: cst.CSTNode) -> Optional[str]:
+    """The attribute `node` reads: `obj.name`, or the key of `getattr(obj, "name", ...)`; else None."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Call) and is_name(node.func, "getattr") and len(node.args) >= 2:
+        return string_value(node.args[1].value)
+    return None
+
+
 def attributes_named(node: Optional[cst.CSTNode], fragment: str) -> list[cst.CSTNode]:
     """Attribute accesses (or getattr string keys) whose name contains `fragment`."""
     if node is None:
         return []
     found: list[cst.CSTNode] = []
     for sub in walk(node):
-        if isinstance(sub, cst.Attribute) and fragment in sub.attr.value.lower():
-            found.append(sub)
-        elif isinstance(sub, cst.Call) and is_getattr_of(sub, fragment):
+        name = attribute_read(sub)
+        if name is not None and fragment in name.lower():
             found.append(sub)
     return found
-
-
-def is_getattr_of(call: cst.Call, fragment: str) -> bool:
-    if not (isinstance(call.func, cst.Name) and call.func.value == "getattr"):
-        return False
-    if len(call.args) < 2:
-        return False
-    key = string_value(call.args[1].value)
-    return key is not None and fragment in key.lower()
 
 
 def reads_completion(node: Optional[cst.CSTNode]) -> bool:

@@ -33,7 +33,7 @@ from lint.errors import LintError
 from lint.findings import FileError
 from lint.locate import MethodSite, class_sites
 from lint.pools import ClassPools
-from lint.source import SourceFile, display_path
+from lint.source import SourceFile
 from lint.unit import ParsedMethod, WholeModule, parse_in_module, parse_snippet
 
 
@@ -94,11 +94,10 @@ def implementation(config: Config, configured: Optional[Implementation], display
     return replace(configured, guard="decision") if configured is not None else None
 
 
-def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path] = None,
-            class_pools: Optional[ClassPools] = None) -> Union[FileAnalysis, FileError]:
-    whole = WholeModule(source.text)
+def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path],
+            class_pools: ClassPools) -> Union[FileAnalysis, FileError]:
     try:
-        return _analyze(source, sites, config, path, class_pools, whole)
+        return _analyze(source, sites, config, path, class_pools)
     except cst.ParserSyntaxError as exc:
         return FileError(source.display, f"libcst cannot parse this file: {exc.message}")
     except Unparsable as exc:
@@ -106,10 +105,10 @@ def analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: O
 
 
 def _analyze(source: SourceFile, sites: list[MethodSite], config: Config, path: Optional[Path],
-             class_pools: Optional[ClassPools], whole: WholeModule) -> FileAnalysis:
+             class_pools: ClassPools) -> FileAnalysis:
+    whole = WholeModule(source.text)
     parsed = _parse_sites(source, sites, whole, False)
     where = path or Path(source.display)
-    class_pools = class_pools or ClassPools(config.pool_fields, display_path, config.completion_flag)
     methods = []
     for unit in parsed:
         method = analyze_method(unit, source.display, config.reduce_calls, source.lines, config.completion_flag)

@@ -1,7 +1,8 @@
 """Whether a guard is owed at all: the class has extra-pool transfers, and the
 code base tracks their completion apart from KV.
 
-HC101-HC103 hold only when both are shown, each by a line the finding names:
+HC101-HC103 hold only when both are shown, each by a line the finding names
+(`Linter.owed`, lint/api.py):
 - the class brings extra-pool transfers in: a name, attribute, keyword,
   parameter or string key holding one of `pool-fields` (`pool_transfers`,
   `extra_pools`, `supported_extra_pools` ...) in its body, in a module
@@ -176,8 +177,10 @@ def _imported(tree: ast.Module, base: ast.expr) -> Optional[tuple[str, int, str]
     return None
 
 
-def flag_line(text: str, flag: str) -> Optional[tuple[int, bool]]:
-    """(line, defines) of the flag's first definition, else its first read; comments skipped."""
+def flag_evidence(display: str, text: str, flag: str) -> Optional[Evidence]:
+    """The flag's first definition in `text`, else its first read; comments skipped."""
+    if flag not in text:
+        return None
     # a binding: `x.pool_transfers_done = ...`, `pool_transfers_done: bool`, `pool_transfers_done=...`
     defines = re.compile(r"\b" + re.escape(flag) + r"\b\s*(?::[^=\n]*)?=(?!=)")
     reads = re.compile(r"\b" + re.escape(flag) + r"\b")
@@ -187,55 +190,10 @@ def flag_line(text: str, flag: str) -> Optional[tuple[int, bool]]:
         if flag not in code:
             continue
         if defines.search(code):
-            return number, True
+            return Evidence(display, number, f"defines '{flag}'")
         if read is None and reads.search(code):
             read = number
-    return (read, False) if read is not None else None
-
-
-def flag_evidence(display: str, text: str, flag: str) -> Optional[Evidence]:
-    hit = flag_line(text, flag) if flag in text else None
-    if hit is None:
-        return None
-    return Evidence(display, hit[0], f"{'defines' if hit[1] else 'reads'} '{flag}'")
-
-
-@dataclass
-class FlagSearch:
-    """Where the completion flag is, searched once per run, nearest first: the
-    run's own files (`seen`, gathered as they are read), then each group of
-    files (the configured implementations, the project tree), listed only if
-    nothing nearer binds the flag. A definition beats a read."""
-
-    seen: list[Evidence]
-    groups: list[Callable[[], Iterable[Path]]]
-    display: Callable[[Path], str]
-    flag: str = DONE
-    searched: bool = False
-    found: Optional[Evidence] = None
-
-    def find(self) -> Optional[Evidence]:
-        if not self.searched:
-            self.found, self.searched = self._search(), True
-        return self.found
-
-    def _search(self) -> Optional[Evidence]:
-        ordered = sorted(self.seen, key=lambda e: (not e.what.startswith("defines"), e.path, e.line))
-        if ordered and ordered[0].what.startswith("defines"):
-            return ordered[0]
-        first_read = ordered[0] if ordered else None
-        done = {e.path for e in ordered}
-        for group in self.groups:
-            for path in group():
-                display = self.display(path)
-                if display in done:
-                    continue
-                done.add(display)
-                evidence = _flag_in(path, display, self.flag)
-                if evidence is not None and evidence.what.startswith("defines"):
-                    return evidence
-                first_read = first_read or evidence
-        return first_read  # the flag exists, but no file searched binds it
+    return Evidence(display, read, f"reads '{flag}'") if read is not None else None
 
 
 def _text_naming(path: Path, name: str) -> Optional[str]:
@@ -245,11 +203,6 @@ def _text_naming(path: Path, name: str) -> Optional[str]:
     except OSError:
         return None
     return data.decode("utf-8", "replace") if name.encode() in data else None
-
-
-def _flag_in(path: Path, display: str, flag: str) -> Optional[Evidence]:
-    text = _text_naming(path, flag)
-    return None if text is None else flag_evidence(display, text, flag)
 
 
 _TRANSFERS = ("transfer", "xfer", "pool", "extra")
@@ -297,51 +250,73 @@ def defined_at(lines: Iterable[str], name: str) -> Optional[int]:
 
 
 @dataclass
-class DefinitionSearch:
-    """Where a name is defined: the method's own file, then each group of files
-    (the run's files, the configured implementations, the project tree)."""
+class FileSearch:
+    """The run's searches beyond a method's own file, nearest first: the run's files, the configured
+    implementations, then the project tree. Each group is listed once, when a search first needs it, and
+    each answer is kept for the run.
 
-    groups: list[Callable[[], Iterable[Path]]]
+    The completion flag is searched once: in the run's own files as they are read (`note_flag`), then, only
+    if none of them binds it, in the other groups; a definition beats a read."""
+
+    groups: list[Callable[[], Iterable[Path]]]  # the run's files, the configured implementations, the project tree
     display: Callable[[Path], str]
-    files: Optional[list[Path]] = None
-    found: dict[str, Optional[Evidence]] = field(default_factory=dict)
-    renames: dict[str, Optional[Evidence]] = field(default_factory=dict)  # flag -> a flag-like binding in the files
+    flag: str = DONE
+    seen: list[Evidence] = field(default_factory=list)  # where the run's own files hold the flag
+    listed: dict[int, list[Path]] = field(default_factory=dict)
+    files: Optional[list[Path]] = None  # every file of the groups, once each (resolved)
+    answers: dict[tuple[str, str], Optional[Evidence]] = field(default_factory=dict)
 
-    def find(self, name: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
-        line = defined_at(own_lines, name)
-        if line is not None:
-            return Evidence("", line, f"defines '{name}'")
-        if name not in self.found:
-            self.found[name] = self._search(name, own_path)
-        return self.found[name]
+    def _paths(self, first: int = 0) -> Iterator[Path]:
+        for i in range(first, len(self.groups)):
+            if i not in self.listed:
+                self.listed[i] = list(self.groups[i]())
+            yield from self.listed[i]
 
-    def renamed(self, flag: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
-        """Where a flag-like attribute is bound, when `flag` itself is bound nowhere: the flag renamed."""
-        line = _bound_like(own_lines, flag)
-        if line is not None:
-            return Evidence("", line[0], f"defines '{line[1]}'")
-        if flag not in self.renames:  # the same for every method of the run: the files are read once
-            self.renames[flag] = self._renamed_in_files(flag)
-        return self.renames[flag]
+    def _once(self, key: tuple[str, str], search: Callable[[], Optional[Evidence]]) -> Optional[Evidence]:
+        if key not in self.answers:
+            self.answers[key] = search()
+        return self.answers[key]
 
-    def _renamed_in_files(self, flag: str) -> Optional[Evidence]:
-        for path in self._files():
-            try:
-                lines = path.read_text("utf-8", "replace").splitlines()
-            except OSError:
+    def note_flag(self, display: str, text: str) -> None:
+        found = flag_evidence(display, text, self.flag)
+        if found is not None:
+            self.seen.append(found)
+
+    def flag_at(self) -> Optional[Evidence]:
+        """Where the completion flag is defined, else read (None: nowhere searched)."""
+        return self._once(("flag", self.flag), self._flag_search)
+
+    def _flag_search(self) -> Optional[Evidence]:
+        ordered = sorted(self.seen, key=lambda e: (not e.what.startswith("defines"), e.path, e.line))
+        if ordered and ordered[0].what.startswith("defines"):
+            return ordered[0]
+        first_read = ordered[0] if ordered else None
+        done = {e.path for e in ordered}
+        for path in self._paths(1):  # the run's own files are in `seen`
+            display = self.display(path)
+            if display in done:
                 continue
-            line = _bound_like(lines, flag)
-            if line is not None:
-                return Evidence(self.display(path), line[0], f"defines '{line[1]}'")
-        return None
+            done.add(display)
+            text = _text_naming(path, self.flag)
+            evidence = None if text is None else flag_evidence(display, text, self.flag)
+            if evidence is not None and evidence.what.startswith("defines"):
+                return evidence
+            first_read = first_read or evidence
+        return first_read  # the flag exists, but no file searched binds it
 
     def _files(self) -> list[Path]:
         if self.files is None:
-            listed = {path.resolve(): None for group in self.groups for path in group()}
-            self.files = list(listed)
+            self.files = list({path.resolve(): None for path in self._paths()})
         return self.files
 
-    def _search(self, name: str, own_path: str) -> Optional[Evidence]:
+    def defined(self, name: str, own_path: str, own_lines: list[str]) -> Optional[Evidence]:
+        """Where `name` is defined: the method's own file, then the groups."""
+        line = defined_at(own_lines, name)
+        if line is not None:
+            return Evidence("", line, f"defines '{name}'")
+        return self._once(("defines", name), lambda: self._defined_in_files(name, own_path))
+
+    def _defined_in_files(self, name: str, own_path: str) -> Optional[Evidence]:
         for path in self._files():
             display = self.display(path)
             if display == own_path:
@@ -350,4 +325,22 @@ class DefinitionSearch:
             line = defined_at(text.splitlines(), name) if text is not None else None
             if line is not None:
                 return Evidence(display, line, f"defines '{name}'")
+        return None
+
+    def renamed(self, own_lines: list[str]) -> Optional[Evidence]:
+        """Where a flag-like attribute is bound, when the flag itself is bound nowhere: the flag renamed."""
+        line = _bound_like(own_lines, self.flag)
+        if line is not None:
+            return Evidence("", line[0], f"defines '{line[1]}'")
+        return self._once(("renamed", self.flag), self._renamed_in_files)  # the same for every method of the run
+
+    def _renamed_in_files(self) -> Optional[Evidence]:
+        for path in self._files():
+            try:
+                lines = path.read_text("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+            line = _bound_like(lines, self.flag)
+            if line is not None:
+                return Evidence(self.display(path), line[0], f"defines '{line[1]}'")
         return None

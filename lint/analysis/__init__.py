@@ -8,7 +8,7 @@ outputs (see each module's docstring):
     reduce  (the cross-rank collective)            -> ReduceSite
     roles   (vote, completion predicates)          -> Roles
     guard   (guards and their placement problems)  -> list[Guard]
-    lookalikes (reads named like the done flag)    -> (name, line) pairs
+    guard   (reads named like the done flag)       -> (name, line) pairs
     shape   (policies, combine, timeout cap)       -> features
 
 Rules read the result; they never look at raw syntax themselves.
@@ -23,8 +23,7 @@ from lint.analysis import roles as roles_pass
 from lint.analysis import shape
 from lint.analysis.body import Body, StmtRec, walk_body
 from lint.analysis.commit import CommitPath
-from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks
-from lint.analysis.lookalikes import find_lookalikes
+from lint.analysis.guard import Guard, best_guard, find_guards, find_inert_checks, find_lookalikes
 from lint.analysis.reduce import ReduceSite, find_reduce, parse_reduce_calls
 from lint.analysis.roles import Roles
 from lint.analysis.shape import Feature
@@ -72,6 +71,11 @@ class MethodAnalysis:
     def guard_in_decision(self) -> bool:
         """False when the configuration puts the check in the commit path instead."""
         return self.implementation is None or self.implementation.guard == "decision"
+
+    @property
+    def fenced(self) -> bool:
+        """Configured `fenced = true`: a fix may write the spec's form of the guard (see Implementation)."""
+        return self.implementation is not None and self.implementation.fenced
 
     @property
     def qualname(self) -> str:

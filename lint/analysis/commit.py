@@ -29,8 +29,8 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import libcst as cst
 
-from lint.analysis.commit_state import Signals, State, getattr_key, is_constant, positional, reads_done
-from lint.cstutil import children, is_name, operands, string_value, walk
+from lint.analysis.commit_state import Signals, State, is_constant, positional, reads_done
+from lint.cstutil import attribute_read, children, is_name, operands, string_value, walk
 from lint.locate import ClassIndex, MethodSite
 from lint.unit import ParsedMethod
 
@@ -175,7 +175,7 @@ class _Walker:
                 return node.attr.value, State()
             inner = self.view(node.value)
             return inner if inner is not None and node.attr.value in self.signals.allocation else None
-        key = getattr_key(node)
+        key = attribute_read(node)  # a getattr key (an attribute was read above)
         if key is not None:
             return (key, State()) if key in self.owner.fields else None
         if isinstance(node, cst.Name):

@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Optional
 
 import libcst as cst
 
-from lint.cstutil import is_name, operands, string_value, walk
+from lint.cstutil import attribute_read, is_name, operands, walk
 from lint.protocol import DONE
 
 
@@ -60,15 +60,8 @@ def positional(call: cst.Call) -> list[cst.BaseExpression]:
     return [a.value for a in call.args if a.keyword is None and a.star != "**"]
 
 
-def getattr_key(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.Call) and is_name(node.func, "getattr"):
-        args = positional(node)
-        return string_value(args[1]) if len(args) >= 2 else None
-    return None
-
-
 def reads_done(node: cst.CSTNode, flag: str) -> bool:
-    return any((isinstance(n, cst.Attribute) and n.attr.value == flag) or getattr_key(n) == flag for n in walk(node))
+    return any(attribute_read(n) == flag for n in walk(node))
 
 
 def is_constant(node: Optional[cst.CSTNode], value: object) -> bool:
@@ -109,7 +102,7 @@ class Signals:
             conjunction = isinstance(expr.operator, cst.And)
             # all parts hold for a true `and`, none for a false `or`; otherwise nothing is known
             return _union(again(v, holds) for v in operands(expr) or []) if conjunction == holds else {}
-        if (isinstance(expr, cst.Attribute) and expr.attr.value == self.flag) or getattr_key(expr) == self.flag:
+        if attribute_read(expr) == self.flag:
             return {"done": holds}
         if self._io_ended(expr):
             return {"io_ended": True} if holds else {}

@@ -3,6 +3,11 @@
 Inputs: the parsed method, its `Body`, `Roles` and `ReduceSite`. Output: every
 statement that forces something to "no" on a `pool_transfers_done` check, as a
 `Guard` with its key and the placement problems that keep it from working.
+
+Pass 4b (`find_lookalikes`): attributes (or getattr keys) the method reads whose
+names look like the completion flag but are not it, as `(name, line)` pairs in
+line order with the line of each first read; HC101 names them, since the guard
+pass does not see them as the flag.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ from lint.analysis.roles import Roles, done_polarities
 from lint.cstutil import (
     POLICIES,
     VOTING_POLICIES,
+    attribute_read,
     is_false_constant,
     is_name,
     names_read,
     operands,
     policy_test,
     reads_completion,
+    walk,
 )
+from lint.pools import looks_like_flag
 from lint.protocol import COMPLETION, OTHER_LOCAL, TRANSFERS_ONLY, VOTE_FORCING, VOTE_KEYED
 from lint.unit import ParsedMethod
 
@@ -105,6 +113,19 @@ def find_inert_checks(body: Body, roles: Roles, guards: list[Guard]) -> list[int
                 and any(done_polarities(rec.node.test, roles.done_aliases, roles.flag))):
             lines.append(rec.line)
     return lines
+
+
+def find_lookalikes(parsed: ParsedMethod, body: Body, flag: str) -> tuple[tuple[str, int], ...]:
+    found: dict[str, int] = {}
+    for rec in body.recs:
+        value = rec.value()
+        if value is None:
+            continue
+        for sub in walk(value):
+            name = attribute_read(sub)
+            if name and name not in found and looks_like_flag(name, flag):
+                found[name] = parsed.line(sub)
+    return tuple(sorted(found.items(), key=lambda item: item[1]))
 
 
 def best_guard(guards: list[Guard]) -> Optional[Guard]:

@@ -93,7 +93,7 @@ def reduce_call(call: cst.Call, reduce_calls: Sequence[tuple[str, ...]],
         return None
     if name[5:] not in index.methods and positional and _named_like_a_reduce(name[5:], reduce_calls):
         # inherited or defined elsewhere (0.5.2x's `self._all_reduce(tensor, ReduceOp.MAX)`): the name says it
-        return ReduceCall(call, positional[0], _op_argument(call, positional[1:]))
+        return ReduceCall(call, positional[0], reduce_op(call, positional[1:]))
     helper = reduce_helper(index, name[5:], reduce_calls)
     if helper is None or helper.payload_arg >= len(positional):
         return None
@@ -106,17 +106,6 @@ def reduce_call(call: cst.Call, reduce_calls: Sequence[tuple[str, ...]],
 def _named_like_a_reduce(method: str, reduce_calls: Sequence[tuple[str, ...]]) -> bool:
     bare = method.lstrip("_")
     return any(bare.startswith(r[-1]) for r in reduce_calls)
-
-
-def _op_argument(call: cst.Call, rest: list[cst.BaseExpression]) -> str:
-    """The op of a reduce helper: its `op=` keyword, else a positional `ReduceOp.X`, else its name's suffix."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value in ("op", "reduce_op"):
-            return op_name(arg.value)
-    for value in rest:
-        if "ReduceOp" in (dotted_name(value) or ""):
-            return op_name(value)
-    return _suffix_op(call_name(call) or "")
 
 
 def find_reduce(parsed: ParsedMethod, body: Body, reduce_calls: Sequence[tuple[str, ...]],
@@ -190,11 +179,15 @@ def op_name(node: cst.BaseExpression) -> str:
     return (name or "unknown").upper()
 
 
-def reduce_op(call: cst.Call) -> str:
-    """The `op=` keyword, else a `_max`/`_min` suffix, else SUM for `all_reduce`."""
+def reduce_op(call: cst.Call, rest: Sequence[cst.BaseExpression] = ()) -> str:
+    """The `op=` keyword, else a positional `ReduceOp.X` among `rest` (a reduce helper's arguments after
+    the payload), else a `_max`/`_min` suffix, else SUM for `all_reduce`."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value in ("op", "reduce_op"):
             return op_name(arg.value)
+    for value in rest:
+        if "ReduceOp" in (dotted_name(value) or ""):
+            return op_name(value)
     return _suffix_op(call_name(call) or "")
 
 

@@ -17,6 +17,7 @@ import libcst as cst
 from lint.analysis.body import Body, covered, single_target
 from lint.cstutil import (
     VOTING_POLICIES,
+    attribute_read,
     attributes_named,
     children,
     dotted_name,
@@ -27,7 +28,6 @@ from lint.cstutil import (
     one_minus,
     operands,
     reads_completion,
-    string_value,
 )
 from lint.protocol import DONE
 
@@ -94,12 +94,9 @@ def find_terminated(body: Body) -> Optional[str]:
 
 def done_polarities(expr: cst.CSTNode, aliases: dict[str, bool], flag: str, negated: bool = False) -> list[bool]:
     """For each read of the done flag (named `flag`) in `expr`: True when it is read negated."""
-    if isinstance(expr, cst.Attribute) and flag in expr.attr.value:
+    key = attribute_read(expr)
+    if key is not None and flag in key:
         return [negated]
-    if isinstance(expr, cst.Call) and is_name(expr.func, "getattr"):
-        key = string_value(expr.args[1].value) if len(expr.args) >= 2 else None
-        if key is not None and flag in key:
-            return [negated]
     if isinstance(expr, cst.Name) and expr.value in aliases:
         return [negated != aliases[expr.value]]
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):

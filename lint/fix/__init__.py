@@ -37,19 +37,14 @@ REWORK_CODES = ("HC102", "HC103", "HC107")
 class Fixer:
     """Plans fixes for findings, one method at a time."""
 
-    def __init__(self, config: Config, evidence: Evidence) -> None:
-        self.config = config
+    def __init__(self, evidence: Evidence) -> None:
         self.evidence = evidence
         self._plans: dict[tuple[int, str, int], Plan] = {}
 
-    def _fenced(self, method: MethodAnalysis, path) -> bool:
-        impl = self.config.implementation_for(path, method.site.class_qualname)
-        return impl is not None and impl.fenced
-
-    def plan_one(self, method: MethodAnalysis, finding: Finding, path) -> Plan:
+    def plan_one(self, method: MethodAnalysis, finding: Finding) -> Plan:
         key = (id(method), finding.code, finding.line)
         if key not in self._plans:
-            fixer = GuardFixer(method, self._fenced(method, path), self.evidence)
+            fixer = GuardFixer(method, self.evidence)
             if finding.code in INSERT_CODES:
                 plan = fixer.insert()
             else:
@@ -58,15 +53,15 @@ class Fixer:
             self._plans[key] = plan
         return self._plans[key]
 
-    def plan(self, method: MethodAnalysis, findings: list[Finding], path) -> Optional[Plan]:
+    def plan(self, method: MethodAnalysis, findings: list[Finding]) -> Optional[Plan]:
         """The first fix among this method's findings (one per pass keeps edits apart)."""
         # upstream's form in an implementation without the fence is left as it is, by design
         wanted = [f for f in findings if f.code in INSERT_CODES + REWORK_CODES
-                  and (f.code != "HC107" or self._fenced(method, path))]
+                  and (f.code != "HC107" or method.fenced)]
         ordered = sorted(wanted, key=lambda f: ((INSERT_CODES + REWORK_CODES).index(f.code), f.line))
         reason: Optional[str] = None
         for finding in ordered:
-            plan = self.plan_one(method, finding, path)
+            plan = self.plan_one(method, finding)
             if isinstance(plan, Edits):
                 return plan
             reason = reason or plan
@@ -153,18 +148,17 @@ class FixRun:
             ("the files linted with it", lambda: self._run_reads),
             ("the configured implementations", lambda: self._configured_reads),
         ]
-        return Fixer(self.config, Evidence(loaders, self.config.completion_flag))
+        return Fixer(Evidence(loaders, self.config.completion_flag))
 
     def _plans(self, analysis: FileAnalysis, fixer: Fixer, skip: set[str]
                ) -> tuple[list[tuple[MethodAnalysis, Edits]], list[str]]:
         plans: list[tuple[MethodAnalysis, Edits]] = []
         declined: list[str] = []
-        where = analysis.path or Path(analysis.source.display)
         for method in analysis.methods:
             live = [f for f in self.live(method, analysis) if f.code in FIXABLE_CODES]
             if not live or method.qualname in skip:
                 continue
-            plan = fixer.plan(method, live, where)
+            plan = fixer.plan(method, live)
             if isinstance(plan, Edits):
                 if not plan.empty():
                     plans.append((method, plan))
@@ -265,7 +259,7 @@ class FixRun:
                     got = self._fixed(analysis, fixer, record=False)
                     fixers[id(analysis)] = fixer, (got[3] if got else set())
                 fixer, survivors = fixers[id(analysis)]
-                plan = fixer.plan_one(method, finding, analysis.path or Path(analysis.source.display))
+                plan = fixer.plan_one(method, finding)
                 if isinstance(plan, Edits) and not plan.empty() and method.qualname in survivors:
                     finding = replace(finding, fixable=True)
             out.append(finding)

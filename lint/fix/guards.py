@@ -134,13 +134,13 @@ class _ForceTo(cst.CSTTransformer):
 class GuardFixer:
     """Plans the fix for one method's guard findings."""
 
-    def __init__(self, method: MethodAnalysis, fenced: bool, evidence: Evidence) -> None:
-        self.method, self.fenced, self.evidence = method, fenced, evidence
+    def __init__(self, method: MethodAnalysis, evidence: Evidence) -> None:
+        self.method, self.fenced, self.evidence = method, method.fenced, evidence
 
     def _spelling(self, pred: str) -> Union[Spelling, str]:
         method = self.method
         obj = progress_object(method, pred)
-        kind = object_kind(method.parsed.func, obj, method.op_param) if obj else None
+        kind = object_kind(method, obj) if obj else None
         if obj is None or kind is None:
             return f"cannot tell what '{obj or pred}' is, so which pool fields it has"
         spelling = self.evidence.spelling(kind, method)

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-import libcst as cst
-
-from lint.cstutil import dotted_name, walk
+from lint.locate import FunctionNode
 
 if TYPE_CHECKING:
     from lint.analysis import MethodAnalysis
@@ -71,7 +69,7 @@ def _kind_of(value: ast.expr, param: str) -> Optional[Kind]:
     return None
 
 
-def _first_param(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Optional[str]:
+def _first_param(func: FunctionNode) -> Optional[str]:
     names = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     if names and names[0] in ("self", "cls"):
         names = names[1:]
@@ -82,8 +80,7 @@ def _pool_field(name: str, flag: str) -> bool:
     return name.startswith(POOL_PREFIX) or name == flag
 
 
-def function_reads(func: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], flag: str
-                   ) -> dict[Kind, list[Read]]:
+def function_reads(func: FunctionNode, lines: list[str], flag: str) -> dict[Kind, list[Read]]:
     """Pool-field reads (the flag `flag` among them) in one function, by the kind of object they read."""
     param = _first_param(func)
     if param is None:
@@ -149,21 +146,19 @@ def spelling_from(reads: dict[Kind, list[Read]], kind: Kind, source: str, flag: 
     return Spelling(done, transfers, source)
 
 
-def object_kind(func: cst.FunctionDef, obj: str, param: Optional[str]) -> Optional[Kind]:
-    """The kind of the local `obj` inside the method being fixed."""
+def object_kind(method: "MethodAnalysis", obj: str) -> Optional[Kind]:
+    """The kind of the local `obj` in the method being fixed, as its first binding gives it (a local
+    bound to the operation itself is not taken for it)."""
+    param = method.op_param
     if obj == param:
         return ("param",)
-    for node in walk(func.body):
-        if (isinstance(node, cst.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0].target, cst.Name) and node.targets[0].target.value == obj):
-            value = node.value
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-                if dotted_name(value.func.value) == param:
-                    return ("call", value.func.attr.value)
-            if isinstance(value, cst.Attribute) and dotted_name(value.value) == param:
-                return ("attr", value.attr.value)
-            return None
-    return None
+    func = method.site.index.methods.get(method.site.method)
+    bindings = [node for node in ast.walk(func) if isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == obj] if func else []
+    if not bindings:
+        return None
+    kind = _kind_of(min(bindings, key=lambda node: (node.lineno, node.col_offset)).value, param)
+    return None if kind == ("param",) else kind
 
 
 def describe(kind: Kind, obj: str) -> str:

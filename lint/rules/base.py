@@ -115,6 +115,6 @@ class SuppressionRule(Rule):
 
 
 class NoteRule(Rule):
-    """Reported by the linter itself (lint/guard_owed.py), never by a check of its own."""
+    """Reported by the linter itself (`Linter.owed` in lint/api.py), never by a check of its own."""
 
     level = INFO
