@@ -32,3 +32,26 @@ def frees_under_pending_copies(events: Iterable[Event]) -> Iterator[str]:
                 if copies:
                     io, direction = next(iter(copies.items()))
                     yield f"{e.space} slot {slot} of pool {e.pool} freed at #{e.seq} while {COPIES[direction]} IO {io} through it was pending"
+
+
+def device_kv_allocated(cache) -> int | None:
+    """Device slots of the KV group allocated now, None where the implementation reports no such group."""
+    found = cache.slot_accounting().get("device:kv")
+    return None if found is None else found[0]
+
+
+def frees_left_for_later(cache) -> str | None:
+    """Called right after a flush() that ended every copy: a second flush with nothing between must free nothing.
+
+    A free that waited for a copy runs when that copy ends, by whoever ends
+    it (F5, F9); one that the next call runs instead holds its slots for as
+    long as no call comes, and a close() with nothing after it leaks them.
+    """
+    before = cache.slot_accounting()
+    cache.flush()
+    after = cache.slot_accounting()
+    freed = [f"{name}: {before[name][0] - after[name][0]}" for name in sorted(before) if name in after and after[name][0] < before[name][0]]
+    if not freed:
+        return None
+    return (f"F9: slots freed only by the next flush(), though the one before it had ended every copy ({', '.join(freed)}): "
+            f"a free that waited for a copy did not run when the copy ended")

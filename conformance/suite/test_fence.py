@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.scenarios.copy_frees import frees_left_for_later
 from conformance.scenarios.races import all_pages_extra_pools, close_and_check_trace, io_start, key_files, op_events, page_write_keys, pool_files, remove_files, served, starts_after_terminate, stored_request
 
 from conformance.oracles.outcome import trailing_pools
@@ -319,6 +320,8 @@ def test_duplicate_write_frees_nothing_a_held_copy_reads(impl, make_cache, trace
     cache.write(tokens_b, data_b)
     held.release()
     cache.flush()
+    late = frees_left_for_later(cache)
+    assert late is None, late
     cache.evict_all()
     for request_id, tokens, data in (("a", tokens_a, data_a), ("b", tokens_b, data_b)):
         assert cache.prefetch(request_id, tokens) == len(tokens)
@@ -348,6 +351,8 @@ def test_prefetch_commit_over_a_node_whose_backup_copy_is_held(impl, make_cache,
     assert "r1" in done, "L1: the prefetch ended its IO and must finish"
     copying.release()
     cache.flush()
+    late = frees_left_for_later(cache)
+    assert late is None, late
     served(cache, tokens, data, len(tokens))
     cache.evict_all()
     assert cache.prefetch("r2", tokens) == len(tokens)

@@ -17,19 +17,13 @@ from __future__ import annotations
 import pytest
 
 from conformance.oracles.outcome import assert_loaded_bytes
-from conformance.scenarios.copy_frees import frees_under_pending_copies
+from conformance.scenarios.copy_frees import device_kv_allocated, frees_under_pending_copies
 from conformance.scenarios.races import close_and_check_trace, stored_request
 from conformance.scenarios.workload import assert_whole_commit, drive
 from spec.config import TerminationConfig
 from spec.trace import HOST, LOAD_BACK_COPY, EventKind
 
 PAGES = 4
-
-
-def device_kv_allocated(cache) -> int | None:
-    """Device slots of the KV group allocated now, None where the implementation reports no such group."""
-    found = cache.slot_accounting().get("device:kv")
-    return None if found is None else found[0]
 
 
 def kv_load_back_copy(e) -> bool:
