@@ -82,6 +82,17 @@ def checked_progress(cache, request_ids: Sequence[str], trace: TraceRecorder | N
                              f"threads failed, so the prefetch cannot end as L1 and L2 say: " + "; ".join(failed)) from exc
 
 
+def check_untracked(cache, request_ids: Sequence[str], why: str) -> dict[str, int]:
+    """A scheduler check over ids this rank no longer tracks (`why`: aborted, never started): it must join their
+    collectives neutrally (X4), so an exception there names X4, whatever the rest of the test checks."""
+    __tracebackhide__ = True
+    try:
+        return cache.check_progress(list(request_ids))
+    except Exception as exc:
+        raise AssertionError(f"X4: a check over ids this rank no longer tracks ({', '.join(request_ids)}: {why}) raised "
+                             f"{type(exc).__name__}: {exc}; it must join their collectives neutrally") from exc
+
+
 def assert_whole_commit(done: dict[str, int], request_id: str, tokens: int, when: str) -> None:
     """Every page loaded: the check must end the prefetch (L1) and commit all of it (F11), never more (F3)."""
     __tracebackhide__ = True
