@@ -5,8 +5,9 @@ HiMambaRadixCache, and HiRadixCache before its reduce methods
 and .barrier directly, whichever pools the build has. install() gives such a
 module a `torch` whose `distributed.all_reduce` and `.barrier` first tell the
 Taps active on the calling thread (a scheduler call of one cache instance),
-then run the real collective unchanged; tap_fork_cache installs it for every
-cache without the reduce method. Everything else is torch itself.
+then run the real collective unchanged; the sessions install it for
+HiMambaRadixCache and for every build of a HiRadixCache without the reduce
+method (observe_own_collectives). Everything else is torch itself.
 """
 
 from __future__ import annotations

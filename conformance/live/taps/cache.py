@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import sys
 from typing import Any, Callable
 
 from conformance.live import calls, collectives
@@ -119,8 +118,6 @@ def tap_fork_cache(taps: Taps, cache: Any, decision_state: DecisionStateOf, vote
     wrap(cache, "can_terminate_prefetch", votes.deciding)
     if hasattr(cache, "_all_reduce_attn_groups"):
         wrap(cache, "_all_reduce_attn_groups", votes.reducing)
-    else:  # a tree older than the reduce method (and HiMambaRadixCache) calls torch.distributed itself, whatever the build
-        collectives.install(sys.modules[type(cache).__module__])
     tap_insert_helper_host(taps, cache)
     wrap(cache, "check_prefetch_progress", progress)
     wrap(cache, "writing_check", taps.phase("write_ack_min"))

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from conformance.live import evidence
+from conformance.live import collectives, evidence
 from conformance.live.layouts.hi_mamba import LAYOUT
 from conformance.live.configuration import configure_through
 from conformance.live.layouts.hi_mamba.sidecar import MAMBA, MambaSidecar, state_allocator
@@ -82,6 +82,10 @@ class HiMambaSession(LiveSession):
         self.mamba = MambaSidecar(cache, self.req_pool, m, self.storage_file_name)  # read once the backend is attached
         self.sidecars = [self.mamba]
         return cache
+
+    def tap(self) -> None:
+        super().tap()
+        collectives.install(self.runtime.module("hi_mamba_radix_cache"))  # it calls torch.distributed itself
 
     def write(self, tokens: Sequence[int], data: Mapping[str, torch.Tensor]) -> None:
         write_with_state(self, tokens, data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from conformance.live import collectives
 from conformance.live.configuration import configure_through, unparsed_extra_config
 from conformance.live.construct import build_from_arguments
 from conformance.live.runtime import Runtime
@@ -23,6 +24,14 @@ def configure(runtime: Runtime, fields: Mapping[str, Any]) -> None:
     2025-10, validates nothing of its extra config: its controller hands it to the storage backend)."""
     parse = getattr(runtime.module("hiradix_cache").HiRadixCache, "_parse_storage_backend_extra_config", None)
     configure_through(runtime, fields, parse or unparsed_extra_config)
+
+
+def observe_own_collectives(runtime: Runtime) -> None:
+    """A tree's HiRadixCache older than its reduce methods (_all_reduce_attn_groups, which the taps wrap) calls
+    torch.distributed itself, whatever pools the build has (its DSA build too): its module gets the observed torch."""
+    module = runtime.module("hiradix_cache")
+    if not hasattr(module.HiRadixCache, "_all_reduce_attn_groups"):
+        collectives.install(module)
 
 
 class HiRadixSession(LiveSession):
@@ -40,4 +49,5 @@ class HiRadixSession(LiveSession):
         else:
             cache = m["hiradix_cache"].HiRadixCache(m["cache_init_params"].CacheInitParams(disable=False, **parts), self.args)
         self.kv_host = cache.cache_controller.mem_pool_host
+        observe_own_collectives(self.runtime)
         return cache

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from conformance.live.layouts.hiradix.session import configure as configure_hiradix
+from conformance.live.layouts.hiradix.session import configure as configure_hiradix, observe_own_collectives
 from conformance.live.layouts.hiradix_dsa.sidecar import IndexerSidecar
 from conformance.live.layouts.hiradix_dsa.tier import LatentRows, dsa_device_tier
 from conformance.live.runtime import Runtime
@@ -54,6 +54,7 @@ def build_dsa(session: LiveSession) -> Any:
     cache = m["hiradix_cache"].HiRadixCache(params, session.args)
     session.kv_host = cache.full_kv_pool_host
     attach_indexer(session, device_pool, cache.token_to_kv_pool_host)
+    observe_own_collectives(session.runtime)
     return cache
 
 
