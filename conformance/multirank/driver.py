@@ -235,7 +235,7 @@ class CacheHandle:
                 self.ctx.result.leaks.append(f"S3: cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
         self.cache.close()
         self.ctx.result.leftover_threads += [t.name for t in self.cache.threads() if t.is_alive()]
-        self.ctx.result.unfired_faults += [f"cache {self.index}: {fault}" for fault in self.valve.unfired()]
+        self.ctx.result.unfired_faults += [f"the fault '{fault}' (cache {self.index}) never fired" for fault in self.valve.unfired()]
 
 
 class RankContext:

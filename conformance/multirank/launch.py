@@ -254,8 +254,8 @@ def run_or_fail(adapter: AdapterRef | None, scenarios: Sequence[Scenario], *, sa
     """
     __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
     result = launch(adapter, scenarios, **kwargs)
-    unfired = [f"{outcome.scenario.label}: rank {r.rank}: the fault '{fault.split(': ', 1)[1]}' ({fault.split(': ', 1)[0]}) never fired"
-               for outcome in result.outcomes for r in outcome.ranks for fault in r.unfired_faults]
+    unfired = [f"{outcome.scenario.label}: rank {r.rank}: {fault}" for outcome in result.outcomes for r in outcome.ranks
+               for fault in r.unfired_faults]
     if unfired:
         raise TriggerNotProduced("; ".join(unfired))
     problems = []
