@@ -187,7 +187,7 @@ class BuiltinAdapter:
 
 
 _COMMON = frozenset({"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points",
-                     "bounded_close"})
+                     "bounded_close", "subgroup_deployments"})
 
 
 _KV_ALONE = frozenset({"no_extra_pools"})  # every built-in cache but hi_mamba_radix (its mamba state is required)

@@ -55,6 +55,7 @@ CAPABILITIES = {
     "host_layouts": "builds a cache whose KV pages hold the same bytes as its default's in another order (env.kv_format 'layout': another host memory layout)",
     "no_extra_pools": "runs with no extra pool when env.extra_pools is empty: KV alone",
     "bounded_close": "close() ends every thread it started within env.wait_timeout_s, or raises saying it did not (a runtime close, not a process-exit hook that logs and returns while daemon threads die with the process)",
+    "subgroup_deployments": "builds its cache over an env.process_group that holds some of the world's ranks (one deployment of several in one world), on those ranks alone",
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 

@@ -42,8 +42,9 @@ _PRECONDITIONS = [
     ),
     Precondition(
         "shared_storage_across_configs",
-        "Servers whose KV pages differ in format (dtype, layout, page size) can share one storage namespace.",
-        "a storage directory or service given to every server of a model, whatever its KV cache dtype",
+        "Servers whose KV pages differ in format (dtype, layout, page size) or in sharding (tensor-parallel size) can "
+        "share one storage namespace.",
+        "a storage directory or service given to every server of a model, whatever its KV cache dtype or world size",
     ),
 ]
 

@@ -103,8 +103,15 @@ def build_reducers(process_group: Any, device: torch.device, trace: TraceRecorde
     on = device if backend == "nccl" else torch.device("cpu")
     # The prefetch thread gets a group of its own: collectives from two
     # threads on one group would interleave differently on each rank.
-    hit_group = dist.new_group(ranks=dist.get_process_group_ranks(process_group), backend=backend)
-    return TorchDistReducer(process_group, trace, device=on), TorchDistReducer(hit_group, trace, device=on), [hit_group]
+    ranks = dist.get_process_group_ranks(process_group)
+    if len(ranks) == dist.get_world_size():
+        hit_group = dist.new_group(ranks=ranks, backend=backend)
+        return TorchDistReducer(process_group, trace, device=on), TorchDistReducer(hit_group, trace, device=on), [hit_group]
+    # A world of several deployments (one per tensor-parallel group) builds each one's cache on its own ranks: the
+    # group is made by its members alone, so torch names it after its ranks. It is kept past close(): a later
+    # group over the same ranks would take the freed name, and the old rendezvous keys in the store would hang it.
+    hit_group = dist.new_group(ranks=ranks, backend=backend, use_local_synchronization=True)
+    return TorchDistReducer(process_group, trace, device=on), TorchDistReducer(hit_group, trace, device=on), []
 
 
 def open_storage(config: CacheConfig, namespace: StorageNamespace) -> StorageBackend:

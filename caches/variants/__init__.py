@@ -21,6 +21,7 @@ from caches.variants.guard_missing import guard_missing
 from caches.variants.guard_on_vote import guard_on_vote
 from caches.variants.namespace_dtype_by_width import namespace_dtype_by_width
 from caches.variants.namespace_ignores_layout import namespace_ignores_layout
+from caches.variants.namespace_ignores_world_size import namespace_ignores_world_size
 from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.sidecar_hit_unreduced import sidecar_hit_unreduced
 from caches.variants.state_attached_locally import state_attached_locally
@@ -60,6 +61,7 @@ EXPECTED_FAILURES = {
     "anchor_pin_released_early": ("F8",),
     "window_counts_leading_pages": ("F10",),
     "close_returns_quietly": ("F5",),
+    "namespace_ignores_world_size": ("S6",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -67,7 +69,7 @@ ONLY_THESE = frozenset({"upstream_pre_fix", "upstream_vote_forcing", "window_unc
 
 __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_windows", "upstream_pre_fix",
            "upstream_vote_forcing", "payload_drops_terminated", "window_unchecked", "window_agreed_locally", "extra_vote_on_one_group",
-           "namespace_ignores_layout", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
+           "namespace_ignores_layout", "namespace_ignores_world_size", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early", "close_returns_quietly",
            "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
            "sidecar_hit_unreduced", "vote_over_attn_tp_only", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -282,19 +282,22 @@ class RankContext:
             clock=clock,
             trace=trace,
             extra_pools=tuple(env_fields.pop("extra_pools", self.adapter.default_extra_pools)),
-            rank=self.rank,
-            world_size=self.world_size,
-            process_group=dist.group.WORLD if self.process_groups is None else None,
+            # A scenario may place a cache in a deployment of its own (a subgroup of the launch's ranks).
+            rank=env_fields.pop("rank", self.rank),
+            world_size=env_fields.pop("world_size", self.world_size),
+            process_group=env_fields.pop("process_group", dist.group.WORLD if self.process_groups is None else None),
             process_groups=self.process_groups,
             batch_pages=env_fields.pop("batch_pages", BATCH_PAGES),
             wait_timeout_s=self.wait_timeout_s,
             **env_fields,
         )
+        # The new cache's trace from its creation on: a rank still creating it shows no collective of it yet, not
+        # its previous cache's, which a hang report would otherwise compare with a faster peer's new ones.
+        self.heartbeat.trace = trace
         self.phase(f"creating cache {index}")
         session = self.adapter.create(env)
         handle = CacheHandle(self, index, session, trace, clock, valve, termination)
         self.handles.append(handle)
-        self.heartbeat.trace = trace
         self.heartbeat.deaths = getattr(session, "background_errors_now", None)
         self.result.traces.append(trace.trace())  # placeholder, replaced at the end
         self.result.configs.append(termination)

@@ -8,6 +8,7 @@ the names a Scenario may carry to these functions.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -246,6 +247,41 @@ def scenario_terminated_on_one_rank(ctx: RankContext, failing_rank: int) -> None
 ORDER_PAIRS = [(vote, term) for vote, term in itertools.product(LEVELS, LEVELS) if LEVELS.index(term) >= LEVELS.index(vote)]
 
 
+def scenario_pages_of_another_world_size(ctx: RankContext, reader_world_size: int) -> None:
+    """A deployment of another tensor-parallel size finds this one's pages in the storage both are given.
+
+    Every rank of the launch stores a request as one deployment; then the
+    ranks, split into deployments of reader_world_size, each look the same
+    tokens up in the same storage. A model with 2 KV heads stores one head
+    per rank at world size 2 and at 4 (at 4, ranks 0 and 1 both hold head 0;
+    at 2, rank 1 holds head 1): pages of the same length and other bytes.
+    The readers stored nothing, so every token they serve is another
+    deployment's shard (S6). Notes: "served" (tokens), "sharded" (whether
+    some pool is per-rank: a pool every rank holds whole is the same bytes at
+    any world size, and not judged).
+    """
+    import torch.distributed as dist
+
+    if ctx.world_size % reader_world_size or reader_world_size == ctx.world_size:
+        raise ValueError(f"readers of world size {reader_world_size} must split the launch's {ctx.world_size} ranks into several deployments")
+    shared = Path(ctx.plan.workdir) / f"scenario{ctx.index}" / "shared-storage"
+    writer = ctx.cache("wait_complete", storage_dir=shared)
+    tokens = request_tokens(ctx, 12)
+    writer.store(tokens, rank_data(writer, len(tokens), 12))
+    # Every rank creates every reader group (new_group is collective); each joins its own.
+    groups = [dist.new_group(list(range(start, start + reader_world_size)))
+              for start in range(0, ctx.world_size, reader_world_size)]
+    reader = ctx.cache("wait_complete", storage_dir=shared, rank=ctx.rank % reader_world_size, world_size=reader_world_size,
+                       process_group=groups[ctx.rank // reader_world_size])
+    ctx.result.notes["sharded"] = any(not getattr(pool, "rank_replicated", False) for pool in reader.cache.pools.values())
+    served = 0
+    if reader.prefetch("r1", tokens):
+        reader.to("r1", "done")
+        reader.check(["r1"])
+        served = reader.cache.load_back(tokens).tokens
+    ctx.result.notes["served"] = served
+
+
 def order_cases(policy: str, world_size: int) -> list[tuple[tuple[str, str], ...]]:
     """Every per-rank combination of (IO level at the vote, IO level at terminate).
 
@@ -340,6 +376,7 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "get_fails_on_one_rank": scenario_get_fails_on_one_rank,
     "terminated_on_one_rank": scenario_terminated_on_one_rank,
     "orders": scenario_orders,
+    "pages_of_another_world_size": scenario_pages_of_another_world_size,
     "skip_collective": scenario_skip_collective,
     "raise_on_rank": scenario_raise_on_rank,
     "in_groups": scenario_in_groups,

@@ -205,6 +205,26 @@ def test_storage_miss_on_one_rank_agrees_the_shorter_hit(run_ranks):
     assert loads == {0: [("r1", half)], 1: [("r1", half)]}, f"S4: both ranks serve the 2 agreed pages (got {loads})"
 
 
+@pytest.mark.precondition("shared_storage_across_configs")
+@pytest.mark.needs("subgroup_deployments")
+@pytest.mark.clause("S6")
+def test_pages_of_another_world_size_are_misses(run_ranks):
+    """Four ranks store a request; as two deployments of two ranks each, over the same storage, they find a miss.
+
+    Each rank of the writer and of the reader holds one shard of the same
+    shape (2 KV heads: one per rank at world size 4 and at 2), so only the
+    world size tells the shards apart: a reader that serves the writer's
+    pages serves another deployment's shard as its own (S6).
+    """
+    (outcome,) = run_ranks([Scenario("pages_of_another_world_size", {"reader_world_size": 2})], 4)
+    if not outcome.ranks[0].notes["sharded"]:
+        pytest.skip("every pool is held whole by each rank: another world size's pages are the same bytes")
+    served = {r.rank: r.notes["served"] for r in outcome.ranks}
+    assert not any(served.values()), (
+        f"S6: deployments of world size 2 served tokens (per rank: {served}) from pages a deployment of world size 4 "
+        f"stored in the storage they share: another deployment's shards, of the same shape, read as their own")
+
+
 @pytest.mark.clause("S4", "F3", "F11", "X1", "L1", "L3", "R2")
 def test_load_failure_on_one_rank_agrees_the_shorter_commit(run_ranks):
     """Rank 1's second KV batch fails in storage: it trims its hit, and both ranks commit the MIN."""

@@ -170,7 +170,8 @@ def test_build_rejects_a_bad_mapping_before_building_anything(tmp_path):
 
 
 def test_builtin_adapters_declare_their_pools_and_capabilities():
-    common = {"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points", "bounded_close"}
+    common = {"multi_rank", "held_copies", "vote_groups", "kv_formats", "host_layouts", "model_names", "hold_points", "bounded_close",
+              "subgroup_deployments"}
     assert hiradix() == BuiltinAdapter("hiradix", ("indexer",), frozenset({*common, "no_extra_pools", "pool:indexer"}))
     assert unified_radix().default_extra_pools == ("indexer", "mamba")
     assert hi_mamba_radix().capabilities == frozenset({*common, "pool:mamba"})

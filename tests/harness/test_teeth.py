@@ -64,6 +64,8 @@ RUNS = {
     # Pages of another host layout (the same bytes in another order) under one namespace: the whole
     # single-rank suite, so that S6 alone failing means the namespace is all that changed.
     "foreign_layout": Selection(f"not 2ranks and not 4ranks and not 2x2 and not {CROSSRANK}", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
+    # Deployments of another world size over one storage: shards of the same shape, told apart by the world size alone.
+    "foreign_world_size": Selection("test_pages_of_another_world_size", ("namespace_ignores_world_size",), "hiradix"),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
     # A node split before its host copy is acknowledged: the backup must still store the head's pages.
