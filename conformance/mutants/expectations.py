@@ -39,7 +39,9 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     # a rank commits pages it did not load, still under IO (S1) or never loaded (F3).
     ("reduce_swap", "commit"): ("F3", "S1"),
     ("reduce_swap", "hit_query"): ("S4",),
-    ("reduce_swap", "ending"): ("F8",),
+    # The drain's MIN frees ended operations once every rank's are idle: agreed by MAX, a rank whose IO still
+    # runs drops those operations from its drain list, and their slots under IO never end (F8, S3's leak).
+    ("reduce_swap", "ending"): ("F8", "S3"),
     ("reduce_swap", "untracked"): ("X4",),
     # The best_effort early return: without it a best_effort check runs the vote collective (X2) and,
     # where the vote starts as no, votes no (D1).
@@ -92,9 +94,11 @@ BY_ROLE_HINT: dict[tuple[str, str, str], tuple[str, ...]] = {
 }
 
 BY_HINT: dict[tuple[str, str], tuple[str, ...]] = {
-    # In the reducer itself: MAX is the vote's combine, MIN every agreement (hit length, commit, drain).
+    # In the reducer itself: MAX is the vote's combine, MIN every agreement: the hit length and the commit (S4),
+    # and the backup room and write acks, agreed so that every rank backs up alike and so runs the same
+    # collectives (L3: agreed by MAX, a rank without room or without the ack goes on as if it had them).
     ("reduce_swap", "max_to_min"): ("X1",),
-    ("reduce_swap", "min_to_max"): ("S4",),
+    ("reduce_swap", "min_to_max"): ("S4", "L3"),
     ("or_to_and", "terminated"): ("X1",),
     ("or_to_and", "timed_out"): ("D5",),
 }

@@ -132,6 +132,24 @@ def page_write_keys(trace: TraceRecorder, pool: str) -> list[str]:
     return [k for e in trace.events() if e.kind is EventKind.PAGE_WRITE and e.pool == pool for k in e.keys]
 
 
+def page_loaded_ok(trace: TraceRecorder, op: str, pool: str, key: str) -> bool:
+    """Whether a load of op reported the page `key` of `pool` arrived: an ok IO_END of the load that read it holds its slots.
+
+    A load's IO_START names its page keys in slot order, each key the same
+    number of slots; its IO_END names the slots that arrived.
+    """
+    events = trace.events()
+    for start in events:
+        if start.kind is not EventKind.IO_START or start.op != op or start.pool != pool or start.value != LOAD or key not in start.keys:
+            continue
+        width = len(start.slots) // len(start.keys)
+        index = start.keys.index(key)
+        mine = set(start.slots[index * width:(index + 1) * width])
+        if any(e.kind is EventKind.IO_END and e.io == start.io and e.pool == pool and e.value and mine <= set(e.slots) for e in events):
+            return True
+    return False
+
+
 def pool_files(storage_dir: Path, pool: str, trace: TraceRecorder | None = None) -> set[Path]:
     """Stored pages of an extra pool: files whose name ends with '.<pool>', or with a key the trace's page writes name for it."""
     keys = page_write_keys(trace, pool) if trace is not None else []
