@@ -144,7 +144,8 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
         now = time.monotonic()
         for rank in alive:
             beat = _read_heartbeat(workdir, rank)
-            if beat != beats.get(rank):
+            # No file yet is no heartbeat: the rank is still starting, under the startup bound.
+            if beat and beat != beats.get(rank):
                 beats[rank] = beat
                 changed[rank] = now
         alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]

@@ -89,3 +89,28 @@ def test_a_collective_that_an_exited_rank_never_took_is_named_l3(tmp_path):
             proc.join(30.0)
     assert message is not None and "ranks [0] had exited" in message
     assert "L3: collective #3 differs across ranks: rank 0 nothing, rank 1 commit_min()" in message
+
+
+def _sleep_then_exit(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def test_a_rank_that_wrote_no_heartbeat_yet_is_under_the_startup_bound(tmp_path):
+    """A rank still starting (no heartbeat file yet: a fork, heavy imports on a loaded machine) is not stalled after the
+    hang bound: it is judged by the startup bound until its first heartbeat."""
+    import multiprocessing
+
+    from conformance.multirank.launch import _supervise
+
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_sleep_then_exit, args=(1.5,))]
+    for proc in procs:
+        proc.start()
+    try:
+        message = _supervise(procs, tmp_path, hang_timeout_s=0.3, total_timeout_s=30.0, startup_timeout_s=20.0)
+    finally:
+        for proc in procs:
+            proc.join(30.0)
+    assert message is None, f"a rank still starting was reported stalled: {message}"
