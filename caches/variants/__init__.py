@@ -25,6 +25,7 @@ from caches.variants.namespace_ignores_world_size import namespace_ignores_world
 from caches.variants.payload_drops_terminated import payload_drops_terminated
 from caches.variants.sidecar_hit_unreduced import sidecar_hit_unreduced
 from caches.variants.state_attached_locally import state_attached_locally
+from caches.variants.state_slot_of_the_path import state_slot_of_the_path
 from caches.variants.snapshot_before_mark import snapshot_before_mark
 from caches.variants.split_head_unbacked import split_head_unbacked
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
@@ -62,6 +63,7 @@ EXPECTED_FAILURES = {
     "window_counts_leading_pages": ("F10",),
     "close_returns_quietly": ("F5",),
     "namespace_ignores_world_size": ("S6",),
+    "state_slot_of_the_path": ("S5",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -72,4 +74,4 @@ __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_win
            "namespace_ignores_layout", "namespace_ignores_world_size", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early", "close_returns_quietly",
            "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
-           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "state_slot_of_the_path", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -66,6 +66,8 @@ RUNS = {
     "foreign_layout": Selection(f"not 2ranks and not 4ranks and not 2x2 and not {CROSSRANK}", ("namespace_ignores_layout", "namespace_dtype_by_width"), None),
     # Deployments of another world size over one storage: shards of the same shape, told apart by the world size alone.
     "foreign_world_size": Selection("test_pages_of_another_world_size", ("namespace_ignores_world_size",), "hiradix"),
+    # A load-back whose state finds no device slot but the one its own path holds.
+    "state_room": Selection("test_state_room", ("state_slot_of_the_path",), "unified_radix"),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
     # A node split before its host copy is acknowledged: the backup must still store the head's pages.
