@@ -21,7 +21,7 @@ from conformance.errors import ConformanceError
 from conformance.implementations.loader import check_adapter, load_factory
 from conformance.mutants.catalogue import Mutant, mutants_of
 from conformance.mutants.discovery import adapter_targets
-from conformance.mutants.runner import SURVIVED, RunOutcome, SuiteOptions, run_suite
+from conformance.mutants.runner import KILLED, SURVIVED, RunOutcome, SuiteOptions, run_suite
 from spec.errors import ConfigError
 
 # Without --timeout: a mutant's run may take this many times the unmutated run, plus a margin for start-up.
@@ -48,6 +48,7 @@ class MutantResult:
     mutant: Mutant
     outcome: RunOutcome
     equivalent: str | None  # the argument it cannot be observed: the catalogue's pattern, or --equivalent
+    no_clause: str | None = None  # --breaks-no-clause: why the cache stays safe and live under it
 
     @property
     def status(self) -> str:
@@ -55,6 +56,8 @@ class MutantResult:
 
     @property
     def names_expected(self) -> bool:
+        if self.no_clause:  # a kill is right to name none; one naming a clause says the argument is wrong
+            return self.status == KILLED and not self.outcome.clauses
         return bool(set(self.outcome.clauses) & set(self.mutant.expected))
 
 
@@ -67,7 +70,7 @@ class ImplRun:
 
 
 def plan_campaign(specs: Sequence[str], *, select: Sequence[str] = (), limit: int | None = None,
-                  equivalent: Mapping[str, str] | None = None) -> list[ImplPlan]:
+                  equivalent: Mapping[str, str] | None = None, no_clause: Mapping[str, str] | None = None) -> list[ImplPlan]:
     plans = []
     for spec in specs:
         adapter = check_adapter(load_factory(spec)(), spec)
@@ -83,9 +86,10 @@ def plan_campaign(specs: Sequence[str], *, select: Sequence[str] = (), limit: in
     for pattern in select:
         if not any(fnmatch.fnmatchcase(i, pattern) for i in every_id):
             raise ConfigError("--select", pattern, f"a mutant id or a glob over ids (see --list), e.g. {_example(plans)}")
-    for mutant_id in equivalent or {}:
-        if mutant_id not in every_id:
-            raise ConfigError("--equivalent", mutant_id, f"the id of a generated mutant (see --list), e.g. {_example(plans)}")
+    for option, argued in (("--equivalent", equivalent or {}), ("--breaks-no-clause", no_clause or {})):
+        for mutant_id in argued:
+            if mutant_id not in every_id:
+                raise ConfigError(option, mutant_id, f"the id of a generated mutant (see --list), e.g. {_example(plans)}")
     selected = []
     for plan in plans:
         chosen = [m for m in plan.mutants if not select or any(fnmatch.fnmatchcase(m.id, p) for p in select)]
@@ -105,7 +109,7 @@ def equivalence(mutant: Mutant, claimed: Mapping[str, str]) -> str | None:
 
 def run_campaign(plans: Sequence[ImplPlan], *, jobs: str, keyword: str | None, timeout_s: float | None,
                  claimed: Mapping[str, str], report: Callable[[MutantResult, int, int], None],
-                 started: Callable[[ImplPlan, float, float], None]) -> list[ImplRun]:
+                 started: Callable[[ImplPlan, float, float], None], no_clause: Mapping[str, str] | None = None) -> list[ImplRun]:
     """Run every plan; `started(plan, baseline_s, timeout_s)` once per plan, `report(result, index, total)` per mutant."""
     runs = []
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
@@ -124,7 +128,7 @@ def run_campaign(plans: Sequence[ImplPlan], *, jobs: str, keyword: str | None, t
             options = SuiteOptions(plan.spec, jobs, keyword, limit)
             for index, mutant in enumerate(plan.mutants):
                 outcome = run_suite(options, folder / f"m{index:04d}", module=mutant.module, file=mutant.file, source=mutant.source)
-                result = MutantResult(plan.adapter, mutant, outcome, equivalence(mutant, claimed))
+                result = MutantResult(plan.adapter, mutant, outcome, equivalence(mutant, claimed), (no_clause or {}).get(mutant.id))
                 run.results.append(result)
                 report(result, index, len(plan.mutants))
             runs.append(run)

@@ -39,11 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument("--equivalent", action="append", default=[], metavar="ID=REASON",
                         help="argue a mutant equivalent: why no test can tell it from the original (repeatable)")
+    parser.add_argument("--breaks-no-clause", action="append", default=[], metavar="ID=REASON",
+                        help="argue that a mutant breaks no clause (the cache stays safe and live, only worse at caching): "
+                             "its kill is right to name none (repeatable)")
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="run only these conformance tests (pytest -k)")
     return parser
 
 
-def _checked(args: argparse.Namespace) -> dict[str, str]:
+def _checked(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit", args.limit, "a whole number of mutants >= 1")
     if args.timeout is not None and not args.timeout > 0:
@@ -52,13 +55,21 @@ def _checked(args: argparse.Namespace) -> dict[str, str]:
         raise ConfigError("--jobs", args.jobs, "a whole number >= 0 or 'auto'")
     if args.report is not None:
         _writable(Path(args.report))
-    claimed: dict[str, str] = {}
-    for entry in args.equivalent:
+    claimed = _arguments("--equivalent", args.equivalent, "why no test can tell it from the original")
+    no_clause = _arguments("--breaks-no-clause", args.breaks_no_clause, "why the cache stays safe and live under it")
+    for mutant_id in claimed.keys() & no_clause.keys():
+        raise ConfigError("--breaks-no-clause", mutant_id, "a mutant not also argued equivalent (an equivalent mutant is never killed)")
+    return claimed, no_clause
+
+
+def _arguments(option: str, entries: Sequence[str], why: str) -> dict[str, str]:
+    argued: dict[str, str] = {}
+    for entry in entries:
         mutant_id, sep, reason = entry.partition("=")
         if not sep or not mutant_id.strip() or not reason.strip():
-            raise ConfigError("--equivalent", entry, "ID=REASON: a mutant id, '=', and why no test can tell it from the original")
-        claimed[mutant_id.strip()] = reason.strip()
-    return claimed
+            raise ConfigError(option, entry, f"ID=REASON: a mutant id, '=', and {why}")
+        argued[mutant_id.strip()] = reason.strip()
+    return argued
 
 
 def _writable(path: Path) -> None:
@@ -77,20 +88,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = _parser().parse_args(argv)
     try:
-        claimed = _checked(args)
+        claimed, no_clause = _checked(args)
         from conformance.mutants.campaign import plan_campaign  # libcst and the adapters load only past the usage checks
 
-        plans = plan_campaign(args.cache_impl, select=args.select, limit=args.limit, equivalent=claimed)
+        plans = plan_campaign(args.cache_impl, select=args.select, limit=args.limit, equivalent=claimed, no_clause=no_clause)
     except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     if args.list:
-        _print_list(plans, claimed, out)
+        _print_list(plans, claimed, no_clause, out)
         return 0
-    return _run(plans, args, claimed, out, list(argv) if argv is not None else sys.argv[1:])
+    return _run(plans, args, claimed, no_clause, out, list(argv) if argv is not None else sys.argv[1:])
 
 
-def _print_list(plans, claimed, out: TextIO) -> None:
+def _print_list(plans, claimed, no_clause, out: TextIO) -> None:
     from conformance.mutants.campaign import equivalence
 
     for plan in plans:
@@ -98,10 +109,11 @@ def _print_list(plans, claimed, out: TextIO) -> None:
         for m in plan.mutants:
             why = equivalence(m, claimed)
             print(f"{m.id}  [{m.function}; expects {'/'.join(m.expected) or 'no clause'}] {m.description}"
-                  + (f"  (argued equivalent: {why})" if why else ""), file=out)
+                  + (f"  (argued equivalent: {why})" if why else "")
+                  + (f"  (argued to break no clause: {no_clause[m.id]})" if m.id in no_clause else ""), file=out)
 
 
-def _run(plans, args: argparse.Namespace, claimed: dict[str, str], out: TextIO, argv: list[str]) -> int:
+def _run(plans, args: argparse.Namespace, claimed: dict[str, str], no_clause: dict[str, str], out: TextIO, argv: list[str]) -> int:
     from conformance.mutants.campaign import BaselineError, run_campaign
     from conformance.mutants.summary import figures, mutant_line, report_json, summary_lines
 
@@ -116,7 +128,7 @@ def _run(plans, args: argparse.Namespace, claimed: dict[str, str], out: TextIO, 
 
     try:
         runs = run_campaign(plans, jobs=args.jobs, keyword=args.keyword, timeout_s=args.timeout, claimed=claimed,
-                            report=report, started=started)
+                            no_clause=no_clause, report=report, started=started)
     except (BaselineError, ConfigError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

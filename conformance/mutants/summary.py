@@ -6,7 +6,9 @@ a kill (the suite did not let the mutant pass) that names no clause.
 
 clause named = kills whose first failure names a clause the mutant is
 expected to break / kills. A kill naming another clause, or none, is
-listed with what it named.
+listed with what it named. A mutant argued to break no clause
+(--breaks-no-clause: the cache stays safe and live, only worse at caching)
+is named right by a kill that names none, and listed with its argument.
 
 A mutant argued equivalent is still run: if it is killed the argument is
 wrong, and it is listed as such and counted as any kill.
@@ -26,8 +28,8 @@ def mutant_line(result: MutantResult) -> str:
     o, m = result.outcome, result.mutant
     if o.status == KILLED:
         named = "/".join(o.clauses) if o.clauses else "no clause"
-        off = "" if result.names_expected else f" (expected {'/'.join(m.expected) or 'no clause'})"
-        text = f"killed by {o.test} naming {named}{off}"
+        off = "" if result.names_expected else f" (expected {_expected(result)})"
+        text = f"killed by {o.test} naming {named}{off}" + (", argued to break none" if result.no_clause and result.names_expected else "")
     elif o.status == SURVIVED:
         text = "SURVIVED" + (", argued equivalent" if result.equivalent else "") + ("" if o.applied_in else " (the suite never imported the mutated module)")
     elif o.status == STILLBORN:
@@ -35,6 +37,10 @@ def mutant_line(result: MutantResult) -> str:
     else:
         text = f"timeout after {o.seconds:.0f} s"
     return f"{result.impl}  {m.id}  {text}"
+
+
+def _expected(result: MutantResult) -> str:
+    return "no clause (argued)" if result.no_clause else "/".join(result.mutant.expected) or "no clause"
 
 
 def figures(results: Sequence[MutantResult]) -> dict[str, Any]:
@@ -85,8 +91,10 @@ def summary_lines(runs: Sequence[ImplRun]) -> list[str]:
             for r in results if r.status in (KILLED, TIMEOUT) and r.equivalent])
         out += _section("stillborn (the mutated module does not import)", [
             [f"  {r.mutant.id}  {r.outcome.message}"] for r in results if r.status == STILLBORN])
+        out += _section("argued to break no clause (a kill is right to name none)", [
+            [f"  {r.mutant.id}  {r.mutant.description}", f"    because: {r.no_clause}"] for r in results if r.no_clause])
         out += _section("kills naming another clause than the one the mutant breaks (or none)", [
-            [f"  {r.mutant.id}  expected {'/'.join(r.mutant.expected) or 'no clause'}, named {'/'.join(r.outcome.clauses) or 'no clause'}"
+            [f"  {r.mutant.id}  expected {_expected(r)}, named {'/'.join(r.outcome.clauses) or 'no clause'}"
              f" ({r.outcome.test}: {r.outcome.message or ''})"]
             for r in results if r.status in (KILLED, TIMEOUT) and not r.names_expected])
         out += figure_lines(f)
@@ -112,7 +120,7 @@ def report_json(runs: Sequence[ImplRun], *, command: Sequence[str], started: str
             "mutants": [{
                 "id": r.mutant.id, "path": r.mutant.path, "line": r.mutant.line, "operator": r.mutant.operator,
                 "function": r.mutant.function, "role": r.mutant.role, "description": r.mutant.description,
-                "expected": list(r.mutant.expected), "equivalent": r.equivalent, "names_expected": r.names_expected,
+                "expected": list(r.mutant.expected), "equivalent": r.equivalent, "breaks_no_clause": r.no_clause, "names_expected": r.names_expected,
                 "diff": r.mutant.diff, **r.outcome.as_json(),
             } for r in run.results],
         } for run in runs],

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from conformance.mutants.campaign import MutantResult
+from conformance.mutants.campaign import ImplPlan, ImplRun, MutantResult
 from conformance.mutants.catalogue import Mutant
 from conformance.mutants.cli import main
 from conformance.mutants.runner import KILLED, STILLBORN, SURVIVED, TIMEOUT, RunOutcome
-from conformance.mutants.summary import figure_lines, figures
+from conformance.mutants.summary import figure_lines, figures, mutant_line, summary_lines
 
 HIRADIX = "caches.adapters:hiradix"
 # A few decision tests: they kill a removed extra-pool guard (D3) and let a swapped one-rank reduce through.
@@ -57,6 +57,9 @@ def test_a_suite_failing_unmutated_is_one_error_line(capsys):
     (["--cache-impl", HIRADIX, "--select", "caches/hiradix.py:9999:drop_lock"], "invalid --select: 'caches/hiradix.py:9999:drop_lock'"),
     (["--cache-impl", HIRADIX, "--equivalent", "no reason given"], "invalid --equivalent: 'no reason given' (accepted: ID=REASON"),
     (["--cache-impl", HIRADIX, "--equivalent", "caches/hiradix.py:9999:drop_lock=because"], "the id of a generated mutant"),
+    (["--cache-impl", HIRADIX, "--breaks-no-clause", "caches/hiradix.py:9999:drop_lock"], "invalid --breaks-no-clause: 'caches/hiradix.py:9999:drop_lock' (accepted: ID=REASON"),
+    (["--cache-impl", HIRADIX, "--breaks-no-clause", "caches/hiradix.py:9999:drop_lock=because"], "invalid --breaks-no-clause: 'caches/hiradix.py:9999:drop_lock'"),
+    (["--cache-impl", HIRADIX, "--equivalent", "x=a", "--breaks-no-clause", "x=b"], "a mutant not also argued equivalent"),
     (["--cache-impl", HIRADIX, "--limit", "0"], "invalid --limit: 0"),
     (["--cache-impl", HIRADIX, "--jobs", "many"], "invalid --jobs: 'many'"),
     (["--cache-impl", HIRADIX, "--timeout", "-5"], "invalid --timeout: -5.0"),
@@ -83,10 +86,10 @@ def test_an_unknown_option_is_one_line(capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def result(status: str, *, clauses=(), expected=("F3",), equivalent=None) -> MutantResult:
+def result(status: str, *, clauses=(), expected=("F3",), equivalent=None, no_clause=None) -> MutantResult:
     mutant = Mutant(id=f"m.py:1:{status}", path="m.py", file="m.py", module="m", line=1, operator="min_max_swap", function="f",
                     role="commit", description="", expected=expected, diff="", source="")
-    return MutantResult("impl", mutant, RunOutcome(status, 1.0, test="t" if status == KILLED else None, clauses=clauses, applied_in=1), equivalent)
+    return MutantResult("impl", mutant, RunOutcome(status, 1.0, test="t" if status == KILLED else None, clauses=clauses, applied_in=1), equivalent, no_clause)
 
 
 def test_figures_count_timeouts_as_kills_and_leave_out_stillborn_and_equivalent_survivors():
@@ -99,3 +102,16 @@ def test_figures_count_timeouts_as_kills_and_leave_out_stillborn_and_equivalent_
 
 def test_figures_of_nothing_say_so():
     assert figure_lines(figures([])) == ["kill rate: 0/0 non-equivalent (n/a)", "clause named: 0/0 kills name the clause the mutant breaks (n/a)"]
+
+
+def test_a_mutant_argued_to_break_no_clause_is_named_right_only_by_a_kill_naming_none():
+    argued = "the device tier stops admitting: nothing is exposed, freed twice or lost that was promised"
+    results = [result(KILLED, no_clause=argued), result(KILLED, clauses=("S5",), no_clause=argued), result(TIMEOUT, no_clause=argued),
+               result(KILLED)]  # without the argument, a kill naming none is off
+    assert [r.names_expected for r in results] == [True, False, False, False]
+    f = figures(results)
+    assert (f["kills"], f["clause_named"]) == (4, 1)
+    lines = summary_lines([ImplRun(ImplPlan("m:f", "impl", (), 4, 1), 1.0, 60.0, results)])
+    assert f"    because: {argued}" in lines
+    assert "  m.py:1:killed  expected no clause (argued), named S5 (t: )" in lines  # the argument is wrong: listed off
+    assert "impl  m.py:1:killed  killed by t naming no clause, argued to break none" == mutant_line(results[0])
