@@ -33,6 +33,10 @@ SWA_ELEM = (2, 3)
 SWA_WINDOW_PAGES = 2  # the sliding window: two pages before a match end
 
 
+# How a scheduler over these caches drops a waiting request: one path, whatever the reason, and it releases the prefetch.
+ABORT_PATHS = {"release_aborted_request": "the scheduler drops the waiting request and calls the cache's release_aborted_request"}
+
+
 @dataclass(frozen=True)
 class LoadedPrefix:
     tokens: int
@@ -108,6 +112,12 @@ class CacheSession:
     def abort(self, request_id: str) -> None:
         self.cache.release_aborted_request(request_id)
 
+    def abort_by(self, request_id: str, path: str) -> None:
+        """The scheduler drops a waiting request (ABORT_PATHS: these caches' one path releases it)."""
+        if path not in ABORT_PATHS:
+            raise ValueError(f"invalid abort path: {path!r} (accepted: {', '.join(ABORT_PATHS)})")
+        self.abort(request_id)
+
     def load_back(self, tokens: Sequence[int]) -> LoadedPrefix:
         m = self.cache.match_prefix(tokens)
         if m.needs_load_back:  # KV, or a sliding window under device KV, on the host only (F10)
@@ -152,6 +162,10 @@ class BuiltinAdapter:
 
         own = CACHE_CLASSES.get(self.cache or self.name)  # a variant's class lives elsewhere: the shared core still is most of it
         return ("caches.core.cache_base", *([own.split(":")[0]] if own else []))
+
+    @property
+    def abort_paths(self) -> Mapping[str, str]:
+        return ABORT_PATHS
 
     @property
     def vote_group_rule(self) -> str:

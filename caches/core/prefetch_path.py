@@ -144,11 +144,12 @@ class PrefetchPath(CorePart):
     # --- while it runs ----------------------------------------------------------------
 
     def wait_io(self, request_id: str) -> None:
-        """Bounded wait until the IO thread starts nothing more for this prefetch."""
+        """Bounded wait until the IO thread starts nothing more for this prefetch (in flight, or ended with IO still running)."""
         checked_request_id(request_id)
-        op = self.ongoing.get(request_id)
+        op = self.ongoing.get(request_id) or next((o for o in self.draining if o.request_id == request_id), None)
         if op is None:
-            raise CacheArgumentError("request_id", request_id, "the id of a prefetch in flight: " + (", ".join(sorted(self.ongoing)) or "none"))
+            known = sorted({*self.ongoing, *(o.request_id for o in self.draining)})
+            raise CacheArgumentError("request_id", request_id, "the id of a prefetch in flight or ending: " + (", ".join(known) or "none"))
         if not op.io_done.wait(self.config.wait_timeout_s):
             raise CacheTimeoutError(f"{self.who}: IO of prefetch {request_id} not done within {self.config.wait_timeout_s}s")
 

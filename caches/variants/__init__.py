@@ -10,6 +10,7 @@ naming those clauses, while the real hiradix passes the same selection.
 They are never registered as entry points.
 """
 
+from caches.variants.abort_path_tells_cache_nothing import abort_path_tells_cache_nothing
 from caches.variants.anchor_pin_released_early import anchor_pin_released_early
 from caches.variants.close_returns_quietly import close_returns_quietly
 from caches.variants.degraded_key_kept import degraded_key_kept
@@ -64,6 +65,7 @@ EXPECTED_FAILURES = {
     "close_returns_quietly": ("F5",),
     "namespace_ignores_world_size": ("S6",),
     "state_slot_of_the_path": ("S5",),
+    "abort_path_tells_cache_nothing": ("S2",),
 }
 
 # Variants the suite must reject naming their clauses and no other (no other clause "failed here").
@@ -74,4 +76,4 @@ __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_win
            "namespace_ignores_layout", "namespace_ignores_world_size", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early", "close_returns_quietly",
            "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
-           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "state_slot_of_the_path", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "state_slot_of_the_path", "abort_path_tells_cache_nothing", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -133,6 +133,8 @@ class AckDrainSession(LiveSession):
         with self.taps.scheduler_step():
             self.cache.check_hicache_events()
             for request_id in request_ids:
+                if request_id in self.dropped:
+                    continue  # the tree's scheduler dropped the aborted request: it checks nothing of it again
                 request = self.request(request_id)
                 if self.cache.check_prefetch_progress(request):
                     self.cache.pop_prefetch_loaded_tokens(request)
@@ -172,6 +174,9 @@ class AckDrainSession(LiveSession):
     def abort(self, request_id: str) -> None:
         with self.taps.scheduling(op=request_id, phase="abort"):
             self.cache.release_aborted_request(self.request(request_id))
+
+    def call_on_abort(self, method: str, request_id: str) -> None:
+        getattr(self.cache, method)(self.request(request_id))  # this line's cache takes the request's handle
 
     def evict_all(self) -> None:
         self.settle_acks()

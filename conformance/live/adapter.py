@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from conformance.adapter import CacheEnv
 from conformance.live import evidence, runtime as live_runtime
+from conformance.live.abort_paths import AbortPath, abort_paths_of
 from conformance.live.layouts import BY_KEY
 from conformance.live.tree import SglangTree, locate
 from conformance.scenarios.schedule_model import DEFAULT_IO_ORDER
@@ -39,6 +40,8 @@ class LiveAdapter:
     io_order: str = DEFAULT_IO_ORDER  # how the build's IO thread orders a prefetch's pools (schedule_model.IO_ORDERS)
     io_order_evidence: tuple = ()
     ignored_fields: Mapping[str, tuple] = field(default_factory=dict)  # spec field -> why its key is accepted and never read
+    # Each way the tree's scheduler drops a waiting request, and the cache call it makes then (abort_paths.py).
+    abort_paths: Mapping[str, AbortPath] = field(default_factory=dict)
 
     @property
     def class_name(self) -> str:
@@ -59,7 +62,9 @@ class LiveAdapter:
 
     def create(self, env: CacheEnv) -> Any:
         module, attr = self._session_module()
-        return getattr(module, attr)(live_runtime.load(self.tree), env)
+        session = getattr(module, attr)(live_runtime.load(self.tree), env)
+        session.abort_paths = self.abort_paths
+        return session
 
     def configure(self, fields: Any) -> None:
         """C1/C2 through upstream's own configuration path (its CLI and extra-config parsers)."""
@@ -69,6 +74,7 @@ class LiveAdapter:
 
 def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
     deployment = evidence.deployment_of(tree)
+    abort_paths = abort_paths_of(tree)
     adapters = []
     refused = live_runtime.refused(tree)
     for key in (key for key in tree.layouts if key not in refused):
@@ -80,7 +86,7 @@ def adapters_for(tree: SglangTree) -> list[LiveAdapter]:
                                     deployment={**deployment, **evidence.layout_deployment(tree, layout)},
                                     page_size=page_size, page_size_evidence=page_why,
                                     io_order=io_order or DEFAULT_IO_ORDER, io_order_evidence=io_why,
-                                    ignored_fields=evidence.ignored_fields(tree, layout)))
+                                    ignored_fields=evidence.ignored_fields(tree, layout), abort_paths=abort_paths))
     return adapters
 
 

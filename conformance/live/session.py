@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from conformance.adapter import CacheEnv, Loaded
+from conformance.live.abort_paths import DEFAULT_CALLS, RECEIVED, AbortPath
 from conformance.live import calls, configuration, evidence, probes, shims
 from conformance.live.runtime import Runtime, ensure_process_group
 from conformance.live.scheduler import Drive
@@ -72,7 +73,8 @@ class LiveSession:
         self.cache.load_back_threshold = ps  # the load-back-threshold shim
         if self.CLASS_NAME in runtime.fixed_thresholds:
             shims.set_prefetch_threshold(self.cache, env.threshold_pages * ps)
-        self.dropped: set[str] = set()  # aborted requests a tree without release_aborted_request is never told of
+        self.dropped: set[str] = set()  # aborted requests the tree's scheduler checks no more (no release, or a path that releases none)
+        self.abort_paths: Mapping[str, AbortPath] = {}  # the tree's scheduler abort paths (the live adapter sets them)
         self.cc = self.cache.cache_controller
         self.backend = self.cc.storage_backend
         self.held_host = held_host_room(self.kv_host, (host_total - env.host_pages) * ps)
@@ -242,6 +244,23 @@ class LiveSession:
         with self.taps.scheduling(op=request_id, phase="abort"):
             if not calls.release_aborted(self.cache, request_id):
                 self.dropped.add(request_id)
+
+    def abort_by(self, request_id: str, path: str) -> None:
+        """The waiting request dropped by one of the tree's scheduler paths: the cache call that path makes, or none."""
+        __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one
+        call = self.abort_paths[path].call_on(self.cache)
+        received = self.abort_paths.get(RECEIVED)
+        if call is not None and (call in DEFAULT_CALLS or (received is not None and call == received.call_on(self.cache))):
+            self.abort(request_id)  # the call abort() makes for an abort the scheduler received
+            return
+        with self.taps.scheduling(op=request_id, phase="abort"):
+            if call is not None:
+                self.call_on_abort(call, request_id)
+            self.dropped.add(request_id)  # out of the waiting queue: the scheduler checks nothing of it again
+
+    def call_on_abort(self, method: str, request_id: str) -> None:
+        """Another call than abort()'s, as the scheduler makes it on a dropped request (by its request id)."""
+        getattr(self.cache, method)(request_id)
 
     def load_back(self, tokens: Sequence[int]) -> Loaded:
         __tracebackhide__ = True  # a harness frame: pytest shows the implementation's frames, not this one

@@ -120,7 +120,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     metafunc.definition.stash[_PARAMETRIZED] = True
     harness = harness_of(metafunc.config)
-    metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
+    if "abort_path" in metafunc.fixturenames:
+        # Each implementation with each of its scheduler's abort paths (adapter.abort_paths); one declaring none runs once (None).
+        pairs = [(a, path) for a in harness.adapters for path in (tuple(getattr(a, "abort_paths", None) or ()) or (None,))]
+        metafunc.parametrize(("impl", "abort_path"), pairs, ids=[a.name if path is None else f"{a.name}-{path}" for a, path in pairs],
+                             scope="function")
+    else:
+        metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", devices.pytest_params(harness.device_params()), indirect=True)
 

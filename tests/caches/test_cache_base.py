@@ -21,6 +21,7 @@ from caches.config import CacheConfig
 from caches.core.write_path import CacheFullError
 from caches.hiradix import HiRadixCache
 from caches.storage import pool_key
+from caches.errors import CacheArgumentError
 from conformance.gates import Gate
 from conformance.multirank.processes import run_ranks
 from conformance.oracles.outcome import same_bytes
@@ -533,9 +534,12 @@ def test_abort_while_io_is_held_returns_every_slot_once_the_io_ends(rig):
     cache.release_aborted_request("r1")  # a second abort, or an unknown id, is a no-op
     cache.release_aborted_request("never-started")
     hold.release()
-    assert op.io_done.wait(WAIT_S), "IO thread did not finish the aborted prefetch"
+    cache.wait_prefetch_io("r1")  # ended, its IO still running: the wait is for that IO (a scheduler path waits so)
+    assert op.io_done.is_set(), "wait_prefetch_io returned before the IO thread finished the aborted prefetch"
     settle_steps(cache)
     assert_accounting(cache)
+    with pytest.raises(CacheArgumentError, match="the id of a prefetch in flight or ending: none"):
+        cache.wait_prefetch_io("r1")  # drained: nothing of it is left to wait for
     assert cache.stats.storage_hit_tokens == 0  # F8: no hit for data never committed
     cache.close()
     assert check(rig.trace.trace(), cache.termination, clauses=ALL_BUT_L1) == []

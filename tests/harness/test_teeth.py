@@ -68,6 +68,8 @@ RUNS = {
     "foreign_world_size": Selection("test_pages_of_another_world_size", ("namespace_ignores_world_size",), "hiradix"),
     # A load-back whose state finds no device slot but the one its own path holds.
     "state_room": Selection("test_state_room", ("state_slot_of_the_path",), "unified_radix"),
+    # A scheduler path that drops a waiting request and tells the cache nothing; the real hiradix declares no paths (skips).
+    "abort_paths": Selection("test_every_scheduler_abort_path", ("abort_path_tells_cache_nothing",), "hiradix"),
     # A host tier with less room than the prefetch: the slots shrink and the page keys must with them.
     "degraded_allocation": Selection("full_host_tier", ("degraded_key_kept",), "hiradix"),
     # A node split before its host copy is acknowledged: the backup must still store the head's pages.
