@@ -34,6 +34,7 @@ from spec.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = ("defect", "hardening")
+CATALOGUE_ORDER = {clause: index for index, clause in enumerate(CATALOGUE)}
 
 
 def label_of(target: str) -> str:
@@ -107,6 +108,7 @@ def render(reports: Sequence[tuple[str, Mapping[str, Any]]], sources: Sequence[s
             else:
                 out.append(f"| {target} | " + " | ".join(LETTERS[verdicts[c]] if c in verdicts else "" for c in clause_ids) + " |")
         out += [""] + _history(row, targets, table, clause_ids) + [""]
+        out += _test_changes(row, reports)
     not_run = [(target, line) for target, data in reports for line in _not_run(data)]
     if not_run:
         out += ["## Not run", ""] + [f"- {target}: {line}" for target, line in not_run] + [""]
@@ -127,6 +129,27 @@ def _history(row: str, targets: Sequence[str], table: Mapping[tuple[str, str], M
         kinds = sorted({v for _, v in seen if v in BROKEN})
         lines.append(f"- **{clause}** ({'/'.join(kinds)}): broken on {', '.join(broken)}" + (f"; passes again from {fixed[0]}" if fixed else ""))
     return lines or ["- no clause broken on any target"]
+
+
+def _test_changes(row: str, reports: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The row's tests whose failed clauses differ between targets: a clause cell other tests keep broken on every target
+    hides a fix one test sees (on each target that ran the test: the clauses it failed, or pass)."""
+    outcomes: dict[str, dict[str, str]] = {}
+    for target, data in reports:
+        impl = f"sglang-live:{row}@{target}"
+        for test in data.get("tests", ()):
+            if test.get("impl") != impl or test.get("device") != "cpu" or test.get("outcome") not in ("pass", "fail"):
+                continue
+            failed = sorted(test.get("failed_clauses") or {}, key=lambda c: CATALOGUE_ORDER.get(c, len(CATALOGUE)))
+            # An outcome may fail on no clause named (a failure no check worded): "fail" says so.
+            outcomes.setdefault(test["nodeid"].replace(impl, row), {})[target] = ", ".join(failed) or test["outcome"]
+    changed = sorted(node for node, by_target in outcomes.items() if len(by_target) > 1 and len(set(by_target.values())) > 1)
+    if not changed:
+        return []
+    lines = ["Tests whose outcome changed between targets (each target that ran the test: the clauses it failed, or pass):", ""]
+    for node in changed:
+        lines.append(f"- `{node.rpartition('/')[2]}`: " + "; ".join(f"{t} {v}" for t, v in outcomes[node].items()))
+    return lines + [""]
 
 
 def verdicts(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, list[str]]]:

@@ -86,3 +86,26 @@ def test_record_writes_what_check_then_passes(tmp_path, capsys):
     assert json.loads(expect.read_text()) == {"HiRadixCache@0.5.20": {"defect": ["S6"], "hardening": ["C2"]}}
     assert sweep.main(["check", str(a), "--expect", str(expect)]) == 0
     assert "1 row(s) as recorded" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_test_whose_failed_clauses_change_is_listed_where_other_tests_keep_its_clause_broken(tmp_path):
+    def with_tests(path: Path, label: str, drop_failures: tuple[str, ...]) -> Path:
+        report(path, label, {"HiRadixCache": {"S2": "hardening", "F8": "defect" if "F8" in drop_failures else "pass"}})
+        data = json.loads(path.read_text())
+        impl = f"sglang-live:HiRadixCache@{label}"
+        data["tests"] = [
+            {"nodeid": f"conformance/suite/test_fence.py::test_drop[{impl}-preempt-cpu]", "impl": impl, "device": "cpu",
+             "outcome": "fail" if drop_failures else "pass", "failed_clauses": {c: f"{c}: ..." for c in drop_failures}},
+            {"nodeid": f"conformance/suite/test_fence.py::test_other[{impl}-cpu]", "impl": impl, "device": "cpu",
+             "outcome": "fail", "failed_clauses": {"S2": "S2: ..."}},  # keeps the row's S2 cell broken on every target
+        ]
+        path.write_text(json.dumps(data))
+        return path
+
+    paths = [with_tests(tmp_path / "a.json", "c~1", ("S2", "F8")), with_tests(tmp_path / "b.json", "c", ("F8",)),
+             with_tests(tmp_path / "c.json", "d", ())]
+    assert sweep.main(["merge", *map(str, paths), "--output", str(tmp_path / "sweep.md")]) == 0
+    page = (tmp_path / "sweep.md").read_text()
+    assert "- **S2** (hardening): broken on c~1, c, d\n" in page, "the cell alone shows no change"
+    assert "- `test_fence.py::test_drop[HiRadixCache-preempt-cpu]`: c~1 F8, S2; c F8; d pass" in page, page
+    assert "test_other" not in page, "a test failing the same clauses on every target is not a change"
