@@ -267,6 +267,8 @@ def test_a_full_host_state_pool_serves_each_prefix_its_own_state(impl, make_cach
         loaded = cache.load_back(tokens)
         assert_loaded_bytes(cache, loaded, data, len(tokens))
         if tokens is prefixes[-1][0]:
+            if loaded.tokens != len(tokens) or "mamba" not in loaded.data:
+                assert_no_violations(trace.trace(), config)  # a clause the trace shows broken is the cause: named first
             assert loaded.tokens == len(tokens) and "mamba" in loaded.data, (
                 f"test setup: the prefix written last loads {loaded.tokens} of {len(tokens)} tokens"
                 f"{'' if 'mamba' in loaded.data else ' without its state'}, so no state's bytes are compared"
