@@ -59,6 +59,23 @@ CAPABILITIES = {
     "hold_points": "gates io_landed (a load's storage call returned, its end not yet published), io_end and terminate (spec/SPEC.md, trace contract)",
 }
 
+# An adapter that declares no abort paths (`abort_paths`) drops a request one way: its `abort`.
+DEFAULT_ABORT_PATH = "abort"
+
+
+def adapter_abort_paths(adapter: Any) -> Mapping[str, Any]:
+    """Each way the implementation's scheduler drops a waiting request: its optional `abort_paths`, else its one `abort`."""
+    return getattr(adapter, "abort_paths", None) or {DEFAULT_ABORT_PATH: "the implementation's abort (the request is gone)"}
+
+
+def abort_by(adapter: Any, cache: Any, request_id: str, path: str) -> None:
+    """Drop the request by one of the adapter's abort paths (the instance's `abort_by`), or by `abort` where it declares none."""
+    if getattr(adapter, "abort_paths", None):
+        cache.abort_by(request_id, path)
+    else:
+        cache.abort(request_id)
+
+
 # The page size every scenario runs an implementation at, unless its adapter declares its own (`page_size`).
 DEFAULT_PAGE_SIZE = 4
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from conformance.implementations import devices
-from conformance.adapter import CacheEnv, adapter_page_size
+from conformance.adapter import CacheEnv, adapter_abort_paths, adapter_page_size
 from conformance.implementations.capabilities import require
 from conformance.report.causes import forget, observe
 from conformance.report.failures import PROP_FAILED
@@ -121,10 +121,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.definition.stash[_PARAMETRIZED] = True
     harness = harness_of(metafunc.config)
     if "abort_path" in metafunc.fixturenames:
-        # Each implementation with each of its scheduler's abort paths (adapter.abort_paths); one declaring none runs once (None).
-        pairs = [(a, path) for a in harness.adapters for path in (tuple(getattr(a, "abort_paths", None) or ()) or (None,))]
-        metafunc.parametrize(("impl", "abort_path"), pairs, ids=[a.name if path is None else f"{a.name}-{path}" for a, path in pairs],
-                             scope="function")
+        # Each implementation with each of its scheduler's abort paths (adapter.abort_paths; declaring none: its one abort).
+        pairs = [(a, path) for a in harness.adapters for path in adapter_abort_paths(a)]
+        metafunc.parametrize(("impl", "abort_path"), pairs, ids=[f"{a.name}-{path}" for a, path in pairs], scope="function")
     else:
         metafunc.parametrize("impl", harness.adapters, ids=[a.name for a in harness.adapters], scope="function")
     if "device" in metafunc.fixturenames:

@@ -12,6 +12,7 @@ from conformance.scenarios.races import all_pages_extra_pools, close_and_check_t
 from conformance.oracles.outcome import trailing_pools
 from conformance.oracles.outcome import assert_loaded_bytes, assert_no_violations
 from conformance.scenarios.workload import assert_whole_commit, check_untracked, drive, pass_deadline, request_data, request_tokens, store
+from conformance.adapter import abort_by, adapter_abort_paths
 from spec.config import TerminationConfig
 from spec.trace import BACKUP, HOST, LOAD, WRITE_BACK_COPY, EventKind
 
@@ -90,16 +91,14 @@ def test_every_scheduler_abort_path_stops_the_prefetch_and_returns_every_slot(im
     after the drop, and every slot returns. A path that tells the cache nothing leaves the IO loading into slots
     nobody reads; one that only marks the prefetch terminated leaves its slots held by an entry nobody ends.
     The drop is the request's abort, which the trace contract counts as a revoke: S2 forbids any IO after it."""
-    if abort_path is None:
-        pytest.skip(f"{impl.name} declares no scheduler abort paths (adapter.abort_paths): its one abort is test_abort_with_io_held's")
-    how = str(impl.abort_paths[abort_path])
+    how = str(adapter_abort_paths(impl)[abort_path])
     cache, config = make(make_cache, "best_effort")
     tokens, _ = stored_request(cache, seed=34, pages=PAGES, page_size=page_size)
     held = gate.hold("first KV batch", io_start("kv", op="r1"))
     assert cache.prefetch("r1", tokens) == len(tokens)
     held.wait_reached()
     dropped_after = trace.trace().events[-1].seq
-    cache.abort_by("r1", abort_path)
+    abort_by(impl, cache, "r1", abort_path)
     held.release()
     cache.wait_prefetch_io("r1")  # whatever IO the drop left running has started by then
     late = [e for e in op_events(trace, "r1", EventKind.IO_START) if e.seq > dropped_after]
