@@ -195,7 +195,7 @@ class CacheUnderTest(Protocol):
         """Queue a prefetch from storage; returns tokens requested (0: none queued)."""
 
     def wait_prefetch_io(self, request_id: str) -> None:
-        """Bounded wait until the implementation starts no more IO for the prefetch (also one aborted while its IO ran)."""
+        """Bounded wait until the implementation starts no more IO for the prefetch."""
 
     def check_progress(self, request_ids: Sequence[str]) -> dict[str, int]:
         """One scheduler step over an agreed id list; finished ids -> committed tokens."""

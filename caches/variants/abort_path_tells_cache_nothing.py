@@ -6,7 +6,7 @@ queue and never mentioned to the cache: its prefetch goes on loading every
 remaining batch into host slots nobody will read (the cache frees them only
 when it closes).
 
-Must be caught by: S2 (conformance/suite/test_fence.py,
+Must be caught by: S2 (conformance/suite/test_abort_paths.py,
 test_every_scheduler_abort_path_stops_the_prefetch_and_returns_every_slot).
 """
 

@@ -12,7 +12,6 @@ from conformance.scenarios.races import all_pages_extra_pools, close_and_check_t
 from conformance.oracles.outcome import trailing_pools
 from conformance.oracles.outcome import assert_loaded_bytes, assert_no_violations
 from conformance.scenarios.workload import assert_whole_commit, check_untracked, drive, pass_deadline, request_data, request_tokens, store
-from conformance.adapter import abort_by, adapter_abort_paths
 from spec.config import TerminationConfig
 from spec.trace import BACKUP, HOST, LOAD, WRITE_BACK_COPY, EventKind
 
@@ -82,40 +81,6 @@ def test_abort_with_io_held_returns_every_slot(impl, make_cache, trace, gate, po
     assert cache.match(tokens) == (0, 0), "F8: an aborted prefetch left data in the tree"
     held.release()
     close_and_check_trace(cache, trace, config, host_slots_left=0)
-
-
-@pytest.mark.clause("S2", "F8", "F1", "S3")
-def test_every_scheduler_abort_path_stops_the_prefetch_and_returns_every_slot(impl, abort_path, make_cache, trace, gate, page_size):
-    """Each way the implementation's scheduler drops a waiting request (an abort it received, a higher-priority
-    request taking the request's place, a waiting timeout) ends the request's prefetch: no transfer of it starts
-    after the drop, and every slot returns. A path that tells the cache nothing leaves the IO loading into slots
-    nobody reads; one that only marks the prefetch terminated leaves its slots held by an entry nobody ends.
-    The drop is the request's abort, which the trace contract counts as a revoke: S2 forbids any IO after it."""
-    how = str(adapter_abort_paths(impl)[abort_path])
-    cache, config = make(make_cache, "best_effort")
-    tokens, _ = stored_request(cache, seed=34, pages=PAGES, page_size=page_size)
-    held = gate.hold("first KV batch", io_start("kv", op="r1"))
-    assert cache.prefetch("r1", tokens) == len(tokens)
-    held.wait_reached()
-    dropped_after = trace.trace().events[-1].seq
-    abort_by(impl, cache, "r1", abort_path)
-    held.release()
-    cache.wait_prefetch_io("r1")  # whatever IO the drop left running has started by then
-    late = [e for e in op_events(trace, "r1", EventKind.IO_START) if e.seq > dropped_after]
-    broken = [f"S2: {len(late)} transfers of r1 started after {how}: {[e.describe() for e in late]}"] if late else []
-    again = cache.prefetch("r2", tokens)  # a new request for the same tokens: nothing of the dropped one may stand in its way
-    if again == len(tokens):
-        cache.wait_prefetch_io("r2")
-        drive(cache, ["r2"], trace=trace)
-        cache.evict_all()  # r2's pages leave the host tier: what is still allocated there at close, nobody holds
-    else:
-        broken.append(f"F8: a new prefetch of the same tokens requested {again} of {len(tokens)} after {how} (the dropped "
-                      f"request's slots, its ongoing entry or its share of the prefetch rate limit never returned)")
-    try:
-        close_and_check_trace(cache, trace, config, host_slots_left=0)
-    except AssertionError as leak:  # both, where the path breaks both: the IO left running and the slots never returned
-        broken.append(f"{str(leak).splitlines()[0]} (after {how})")
-    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.clause("F8", "F5", "S1", "S3", "S5")
