@@ -57,8 +57,9 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
         _writable(Path(args.report))
     claimed = _arguments("--equivalent", args.equivalent, "why no test can tell it from the original")
     no_clause = _arguments("--breaks-no-clause", args.breaks_no_clause, "why the cache stays safe and live under it")
-    for mutant_id in claimed.keys() & no_clause.keys():
-        raise ConfigError("--breaks-no-clause", mutant_id, "a mutant not also argued equivalent (an equivalent mutant is never killed)")
+    both = sorted(claimed.keys() & no_clause.keys())
+    if both:
+        raise ConfigError("--breaks-no-clause", both[0], "a mutant not also argued equivalent (an equivalent mutant is never killed)")
     return claimed, no_clause
 
 
