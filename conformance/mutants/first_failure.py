@@ -73,8 +73,14 @@ class FirstFailure:
         ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures)]
         return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
+    def first_naming(self) -> dict[str, Any] | None:
+        """The failure earliest in collection order among those that name a clause."""
+        ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures) if f["clauses"]]
+        return min(ranked, key=lambda r: r[:2])[2] if ranked else None
+
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
-        self.path.write_text(json.dumps({"first_failure": self.first(), "failures": len(self.failures), "counts": self.counts,
+        self.path.write_text(json.dumps({"first_failure": self.first(), "first_naming_failure": self.first_naming(),
+                                         "failures": len(self.failures), "counts": self.counts,
                                          "exitstatus": int(exitstatus)}), encoding="utf-8")
 
 

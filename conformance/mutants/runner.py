@@ -6,7 +6,10 @@ the user runs it (their pytest configuration included), after its decision
 table alone (FIRST_PHASE), so that a change to the vote is named by the vote's clause. A mutant reaches
 every process of the run through the import hook (importhook.py); the
 first failure and the clauses it names come back through the
-first_failure plugin. A run past its time limit is killed with its whole
+first_failure plugin. A kill whose first failure names no clause (a test's
+setup assertion seeing a consequence) runs the suite once more without -x:
+the earliest failure that names a clause is then the kill's, the first one
+kept beside it. A run past its time limit is killed with its whole
 process group (the child is started in a session of its own, so that
 group is exactly the run: workers, forkserver, ranks).
 """
@@ -19,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +53,12 @@ class RunOutcome:
     applied_in: int = 0  # processes that executed the mutated module
     exit_status: int | None = None
     log_tail: str = ""
+    first_unnamed: str | None = None  # the test that failed first naming no clause, where a later one named one
 
     def as_json(self) -> dict[str, Any]:
         return {"status": self.status, "seconds": round(self.seconds, 2), "test": self.test, "clauses": list(self.clauses),
-                "message": self.message, "applied_in_processes": self.applied_in, "exit_status": self.exit_status}
+                "message": self.message, "applied_in_processes": self.applied_in, "exit_status": self.exit_status,
+                "first_failed_naming_no_clause": self.first_unnamed}
 
 
 # The suite's cause-level tests, run alone and first: a change to the decision then fails the decision
@@ -62,8 +67,8 @@ class RunOutcome:
 FIRST_PHASE = "conformance.suite.test_decision"
 
 
-def pytest_command(options: SuiteOptions, *, target: str = "conformance", jobs: str | None = None) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--pyargs", target, "--cache-impl", options.impl, "-x", "-q",
+def pytest_command(options: SuiteOptions, *, target: str = "conformance", jobs: str | None = None, stop_at_first: bool = True) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--pyargs", target, "--cache-impl", options.impl, *(["-x"] if stop_at_first else []), "-q",
                "-p", "conformance.mutants.first_failure", "-p", "no:cacheprovider", "-n", jobs or options.jobs]
     return command + (["-k", options.keyword] if options.keyword else [])
 
@@ -103,8 +108,31 @@ def run_suite(options: SuiteOptions, workdir: Path, *, module: str | None = None
     if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):  # the decision table passed (or -k left none of it): the whole suite
         left = None if options.timeout_s is None else max(options.timeout_s - (time.monotonic() - started), 1.0)
         code = _run(pytest_command(options), env, log_path, left)
-    seconds = time.monotonic() - started
-    return _outcome(workdir, code, seconds, log_path, mutated=source is not None)
+    outcome = _outcome(workdir, code, time.monotonic() - started, log_path, mutated=source is not None)
+    if outcome.status == KILLED and not outcome.clauses and not (outcome.test or "").startswith("(pytest exit"):
+        outcome = _named_by_a_later_failure(options, workdir, env, log_path, started, outcome)
+    return outcome
+
+
+def _named_by_a_later_failure(options: SuiteOptions, workdir: Path, env: dict[str, str], log_path: Path, started: float,
+                              outcome: RunOutcome) -> RunOutcome:
+    """The whole suite again, past every failure: the earliest one naming a clause is the kill's (the first stays beside it).
+
+    -x stopped at a consequence (a setup assertion, a hang's bound) that names
+    no rule; which other test would have named the cause depended on which
+    worker was quicker. Past its time limit, or with no failure naming a
+    clause, the first kill stands.
+    """
+    left = None if options.timeout_s is None else options.timeout_s - (time.monotonic() - started)
+    if left is not None and left < 1.0:
+        return outcome
+    naming_env = dict(env, **{RESULT_ENV: str(workdir / "naming.json")})
+    code = _run(pytest_command(options, stop_at_first=False), naming_env, log_path, left)
+    named = _result(workdir / "naming.json").get("first_naming_failure") if code is not None else None
+    if not named:
+        return outcome
+    return replace(outcome, seconds=time.monotonic() - started, test=named.get("nodeid"), clauses=tuple(named.get("clauses") or ()),
+                   message=named.get("message"), first_unnamed=outcome.test)
 
 
 def _outcome(workdir: Path, code: int | None, seconds: float, log_path: Path, *, mutated: bool) -> RunOutcome:

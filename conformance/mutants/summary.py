@@ -30,6 +30,8 @@ def mutant_line(result: MutantResult) -> str:
         named = "/".join(o.clauses) if o.clauses else "no clause"
         off = "" if result.names_expected else f" (expected {_expected(result)})"
         text = f"killed by {o.test} naming {named}{off}" + (", argued to break none" if result.no_clause and result.names_expected else "")
+        if o.first_unnamed:
+            text += f" (failed first, naming none: {o.first_unnamed})"
     elif o.status == SURVIVED:
         text = "SURVIVED" + (", argued equivalent" if result.equivalent else "") + ("" if o.applied_in else " (the suite never imported the mutated module)")
     elif o.status == STILLBORN:

@@ -35,3 +35,16 @@ def test_a_failure_outside_the_collection_comes_first_and_ties_keep_their_arriva
     plugin.pytest_collectreport(failed("", None, when="collect"))
     assert plugin.first()["nodeid"] == "(collection)"
     assert FirstFailure(str(tmp_path / "none.json")).first() is None
+
+
+def test_the_earliest_failure_naming_a_clause_is_kept_beside_the_first(tmp_path):
+    plugin = FirstFailure(str(tmp_path / "result.json"))
+    plugin.pytest_xdist_node_collection_finished(None, ["t::setup_sees_it", "t::names_it", "t::names_later"])
+    plugin.pytest_runtest_logreport(failed("t::names_later", "F8"))
+    plugin.pytest_runtest_logreport(failed("t::names_it", "S3"))
+    plugin.pytest_runtest_logreport(failed("t::setup_sees_it", None))
+    plugin.pytest_sessionfinish(None, 1)
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    assert result["first_failure"]["nodeid"] == "t::setup_sees_it" and result["first_failure"]["clauses"] == []
+    assert result["first_naming_failure"]["nodeid"] == "t::names_it" and result["first_naming_failure"]["clauses"] == ["S3"]
+    assert FirstFailure(str(tmp_path / "none.json")).first_naming() is None
