@@ -41,6 +41,13 @@ _PRECONDITIONS = [
         "tensor-parallel ranks that each store their own shard of a page (per-head KV), each under a key of its own",
     ),
     Precondition(
+        "rank_local_host_room",
+        "Ranks of a vote group can have different free room in their host tier at the same step, so that one rank's "
+        "prefetch or backup takes fewer host slots than its peers' do.",
+        "host tiers each rank sizes from its own measure of memory, or host slots a rank allocates or frees on its own "
+        "account without agreeing it across ranks",
+    ),
+    Precondition(
         "shared_storage_across_configs",
         "Servers whose KV pages differ in format (dtype, layout, page size) or in sharding (tensor-parallel size) can "
         "share one storage namespace.",

@@ -188,6 +188,9 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
                  handler.cite(tree, "the scheduler aborts a request only in abort_request, for an abort it received, never on a clock "
                                     "of its own, and tells the cache nothing of it"))
         out["rank_local_abort_clock"] = (False, (first, broadcast.cite(tree, "and every rank receives that abort in the same iteration")))
+    room = host_room_sizing_of(tree)
+    if room:
+        out["rank_local_host_room"] = (False, room)
     shared = find(tree, STORAGE, r"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
     default_dir = find(tree, STORAGE, r"file_path: str = \"/tmp/hicache\"")
     unnamed = find(tree, STORAGE, r"TODO: Include KV dtype and stored layout in keys")
@@ -200,6 +203,32 @@ def deployment_of(tree: SglangTree) -> Mapping[str, tuple[bool, tuple[str, ...]]
                                  "restarts, whatever KV dtype or host layout each runs with" if default_dir else "")),
         ))
     return out
+
+
+HOST_POOL_FILES = ("srt/mem_cache/pool_host/base.py", "srt/mem_cache/memory_pool_host.py")  # 0.5.19 on; the fork and before
+DEVICE_SIZING_FILES = ("srt/model_executor/model_runner_components/kv_pool_runtime.py", "srt/model_executor/model_runner_kv_cache_mixin.py",
+                       "srt/model_executor/model_runner.py")
+
+
+def host_room_sizing_of(tree: SglangTree) -> tuple[str, ...]:
+    """The lines that size every rank's host tier alike, or () where one of them is not found.
+
+    The host tier is the device pool's size times a ratio (or a fixed size in bytes over the same per-token bytes on
+    every tensor-parallel rank), and the device pool is sized from the least free memory of any rank. Past sizing,
+    host slots move only where the scheduler's tree, the same on every rank, decides: whether ranks ever differ in host
+    room is a matter of sizing.
+    """
+    ratio = next((hit for rel in HOST_POOL_FILES
+                  for hit in [find(tree, rel, r"self\.size = int\((?:device_pool\.size|device_capacity\w*) \* host_to_device_ratio\)")] if hit), None)
+    least = find(tree, "srt/utils/common.py", r"When distributed is True, the available memory is the minimum")
+    measured = next((hit for rel in DEVICE_SIZING_FILES
+                     for hit in [find(tree, rel, r"distributed=get_\w+\(\)\.\w*world_size > 1")] if hit), None)
+    if not (ratio and least and measured):
+        return ()
+    return (ratio.cite(tree, "every rank sizes its host tier from its device pool's size and the same ratio"),
+            measured.cite(tree, "each rank sizes its device pool from the memory it measures across every rank"),
+            least.cite(tree, "that is, from the least free memory of any rank, so every rank's pools are the same size, and host "
+                             "slots then move only as the scheduler's tree, the same on every rank, decides"))
 
 
 def page_size_of(tree: SglangTree, layout: Layout) -> tuple[int | None, tuple[str, ...]]:

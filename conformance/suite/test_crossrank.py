@@ -38,6 +38,7 @@ FAMILIES = {
 MARKS = {
     "abort": [pytest.mark.precondition("rank_local_abort_clock")],
     "miss": [pytest.mark.precondition("rank_local_backups")],
+    "room": [pytest.mark.precondition("rank_local_host_room")],
     "groups": [pytest.mark.needs("vote_groups")],
 }
 TIMED = ("L2", "D5", "T2")

@@ -220,3 +220,44 @@ def test_a_release_outside_the_abort_handler_leaves_the_rank_local_clock_undecla
     deployment = deployment_of(locate(str(tree_of(tmp_path, {"srt/managers/scheduler.py": scheduler}))))
     assert deployment["abort_on_one_rank"][0] is False
     assert "rank_local_abort_clock" not in deployment, "a release the handler does not make may be rank-local: judged"
+
+
+# Upstream's sizing, in 0.5.2x's shape: the host pool from the device pool's size, the device pool from the least
+# free memory of any rank.
+HOST_POOL_BASE = """
+class HostKVCache:
+    def __init__(self, device_capacity_tokens, host_to_device_ratio, host_size):
+        if host_size > 0:
+            self.size = sync_fixed_hicache_size(int(host_size * 1e9 // self.size_per_token), host_size)
+        else:
+            self.size = int(device_capacity_tokens * host_to_device_ratio)
+"""
+KV_POOL_RUNTIME = """
+def profile_available_bytes(self):
+    return get_available_gpu_memory(
+        self.device,
+        distributed=get_parallel().launch_world_size > 1,
+    )
+"""
+COMMON = '''
+def get_available_gpu_memory(device, gpu_id, distributed=False):
+    """
+    Get available memory for cuda:gpu_id device.
+    When distributed is True, the available memory is the minimum available memory of all GPUs.
+    """
+'''
+SIZING = {"srt/mem_cache/pool_host/base.py": HOST_POOL_BASE, "srt/utils/common.py": COMMON,
+          "srt/model_executor/model_runner_components/kv_pool_runtime.py": KV_POOL_RUNTIME}
+
+
+def test_host_tiers_sized_alike_on_every_rank_produce_no_rank_local_host_room(tmp_path):
+    produced, why = deployment_of(locate(str(tree_of(tmp_path, SIZING))))["rank_local_host_room"]
+    assert produced is False and len(why) == 3
+    assert why[0].startswith("python/sglang/srt/mem_cache/pool_host/base.py:7: every rank sizes its host tier from its device pool's size")
+    assert why[1].startswith("python/sglang/srt/model_executor/model_runner_components/kv_pool_runtime.py:5: each rank sizes its device pool")
+    assert why[2].startswith("python/sglang/srt/utils/common.py:5: that is, from the least free memory of any rank")
+
+
+def test_a_device_pool_sized_from_its_own_rank_alone_leaves_host_room_undeclared(tmp_path):
+    alone = dict(SIZING, **{"srt/utils/common.py": COMMON.replace("When distributed is True, the available memory is the minimum", "")})
+    assert "rank_local_host_room" not in deployment_of(locate(str(tree_of(tmp_path, alone)))), "no line says so: judged"

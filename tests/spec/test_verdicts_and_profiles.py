@@ -65,7 +65,8 @@ def test_an_unknown_outcome_or_profile_is_one_line():
     with pytest.raises(ConfigError, match="invalid precondition: 'aborts'"):
         precondition("aborts")
     assert profile(None).id == DEFAULT_PROFILE == FENCED_VOTE.id
-    assert set(PRECONDITIONS) == {"abort_on_one_rank", "rank_local_abort_clock", "rank_local_backups", "shared_storage_across_configs"}
+    assert set(PRECONDITIONS) == {"abort_on_one_rank", "rank_local_abort_clock", "rank_local_backups", "rank_local_host_room",
+                                 "shared_storage_across_configs"}
 
 
 def _drain_vote_oracle(s: DecisionState) -> bool:
