@@ -58,7 +58,29 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
             if _traced_leak(leak, leaked)]
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
-    return out
+    return _after_a_collective_mismatch(out)
+
+
+def _after_a_collective_mismatch(problems: list[str]) -> list[str]:
+    """Ranks that ran different collectives (L3) are named for that alone; the rest is its consequence.
+
+    In a deployment the ranks would block there; what the harness sees after it
+    (commits that differ, slots a diverged rank kept, another rank's wait) is
+    what running on past that point produced, not a second defect.
+    """
+    mismatch = [p for p in problems if _names(p, "L3")]
+    if not mismatch:
+        return problems
+    rest = [p for p in problems if p not in mismatch]
+    return mismatch + [p if p.startswith(CONSEQUENCE) else f"{CONSEQUENCE}{unlabelled(p)}" for p in rest]
+
+
+CONSEQUENCE = "then (a consequence): "
+
+
+def _names(problem: str, clause: str) -> bool:
+    """Whether the message names `clause` as its own finding (a consequence names none)."""
+    return not problem.startswith(CONSEQUENCE) and any(clause in m.group(1).split("/") for m in CLAUSE_LABEL.finditer(problem))
 
 
 def _traced_leak(leak: str, leaked: set[tuple[int, str, str]]) -> bool:

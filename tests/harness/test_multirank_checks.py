@@ -40,3 +40,28 @@ def test_slots_held_that_the_trace_never_saw_leak_are_f8():
 def test_a_leak_in_another_tier_than_the_traced_one_is_still_named():
     problems = scenario_problems(outcome_with([LEAK.format(name=f"{DEVICE}:kv")], leak_in_trace=True))
     assert labelled(problems, "F8") and labelled(problems, "S3"), problems
+
+
+def diverged_ranks() -> ScenarioOutcome:
+    """Rank 1 ran a vote rank 0 never ran (one rank dropped r1 on its own), then the two committed different lengths."""
+    ranks = []
+    for rank, committed in ((0, 0), (1, 4)):
+        recorder = TraceRecorder(rank=rank)
+        recorder.record(EventKind.OP_START, op="r1", value={"policy": "wait_complete", "requested_pages": 1})
+        recorder.record(EventKind.ALLOC, op="r1", pool="kv", space=HOST, slots=[0, 1, 2, 3])
+        if rank == 1:
+            recorder.record(EventKind.COLLECTIVE, op="r1", step=1, value="vote_max")
+        recorder.record(EventKind.COMMIT, op="r1", step=1, value=committed)
+        recorder.record(EventKind.FREE, op="r1", pool="kv", space=HOST, slots=[0, 1, 2, 3])
+        ranks.append(RankScenarioResult(scenario="s", rank=rank, traces=[recorder.trace()], configs=[CFG],
+                                        leaks=[LEAK.format(name="host:kv")] if rank == 1 else []))
+    return ScenarioOutcome(Scenario(next(iter(SCENARIOS))), ranks)
+
+
+def test_ranks_that_ran_different_collectives_are_named_for_that_alone():
+    problems = scenario_problems(diverged_ranks())
+    named = [p for p in problems if not p.startswith("then (a consequence): ")]
+    assert named and all("L3: " in p for p in named), problems
+    consequences = [p for p in problems if p.startswith("then (a consequence): ")]
+    assert any("S4 " in p for p in consequences) and any("F8 " in p for p in consequences), problems
+    assert not any(label in p for p in consequences for label in ("S4: ", "F8: ", "F3: ")), f"a consequence names a clause: {problems}"
