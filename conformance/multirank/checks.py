@@ -23,6 +23,7 @@ from conformance.multirank.records import ScenarioOutcome
 
 # A result note: the scenario gave the ranks host tiers of different room, so the prefetch each queued may differ.
 REQUESTED_MAY_DIFFER = "requested_may_differ"
+CONSEQUENCE = "then (a consequence): "  # a line that names no clause of its own: it follows from the one above it
 LEAK_LINE = re.compile(r"F8: cache (?P<cache>\d+) (?P<space>\w+):(?P<pool>\w+): ")  # driver.RankCache.close's accounting line
 
 def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
@@ -30,7 +31,7 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
     died = once_per_error((r.rank, error) for r in outcome.ranks for error in r.background_errors)
     if died:
         # A background thread that died on one rank explains what its peers then waited for: name that rule only.
-        return died + [f"then (a consequence): {unlabelled(line)}" for line in rank_errors(outcome)]
+        return died + [f"{CONSEQUENCE}{unlabelled(line)}" for line in rank_errors(outcome)]
     out = rank_errors(outcome)
     if out:
         return out
@@ -54,7 +55,7 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
         out += [f"rank {r.rank}: {load.request_id}: {load.error}" for load in r.loads if load.error]
     out += traced
     # Slots the trace already names as leaked (S3) are what an emptied tier still holds: one cause, named once.
-    out += [f"then (a consequence): rank {r.rank}: {unlabelled(leak)}" for r in outcome.ranks for leak in r.leaks
+    out += [f"{CONSEQUENCE}rank {r.rank}: {unlabelled(leak)}" for r in outcome.ranks for leak in r.leaks
             if _traced_leak(leak, leaked)]
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
@@ -73,9 +74,6 @@ def _after_a_collective_mismatch(problems: list[str]) -> list[str]:
         return problems
     rest = [p for p in problems if p not in mismatch]
     return mismatch + [p if p.startswith(CONSEQUENCE) else f"{CONSEQUENCE}{unlabelled(p)}" for p in rest]
-
-
-CONSEQUENCE = "then (a consequence): "
 
 
 def _names(problem: str, clause: str) -> bool:

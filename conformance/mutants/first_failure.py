@@ -70,12 +70,14 @@ class FirstFailure:
 
     def first(self) -> dict[str, Any] | None:
         """The failure earliest in collection order (one not in it, a collection error say, before every test)."""
-        ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures)]
-        return min(ranked, key=lambda r: r[:2])[2] if ranked else None
+        return self._earliest(lambda f: True)
 
     def first_naming(self) -> dict[str, Any] | None:
         """The failure earliest in collection order among those that name a clause."""
-        ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures) if f["clauses"]]
+        return self._earliest(lambda f: bool(f["clauses"]))
+
+    def _earliest(self, keep: Any) -> dict[str, Any] | None:
+        ranked = [(self.order.get(f["nodeid"], -1), arrival, f) for arrival, f in enumerate(self.failures) if keep(f)]
         return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
     def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
