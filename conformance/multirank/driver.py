@@ -261,9 +261,9 @@ class RankContext:
         # Several vote groups for the caches of this scenario (scenario_in_groups): kind -> rank partition.
         self.process_groups: Mapping[str, Sequence[Sequence[int]]] | None = None
 
-    def phase(self, text: str) -> None:
+    def phase(self, text: str, *, setup: bool = False) -> None:
         self.result.phase = text
-        self.heartbeat.phase(f"{self.scenario.label} {text}")
+        self.heartbeat.phase(f"{self.scenario.label} {text}", setup=setup)
 
     def cache(self, policy: str, **env_fields: Any) -> CacheHandle:
         import torch.distributed as dist
@@ -294,8 +294,9 @@ class RankContext:
         # The new cache's trace from its creation on: a rank still creating it shows no collective of it yet, not
         # its previous cache's, which a hang report would otherwise compare with a faster peer's new ones.
         self.heartbeat.trace = trace
-        self.phase(f"creating cache {index}")
+        self.phase(f"creating cache {index}", setup=True)
         session = self.adapter.create(env)
+        self.phase(f"cache {index} created")
         handle = CacheHandle(self, index, session, trace, clock, valve, termination)
         self.handles.append(handle)
         self.heartbeat.deaths = getattr(session, "background_errors_now", None)

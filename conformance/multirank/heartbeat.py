@@ -30,6 +30,7 @@ class Heartbeat:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._phase = "starting"
+        self._setup = True  # process start: the parent judges it by the startup bound
         self.trace: TraceRecorder | None = None
         # The current cache's background-thread deaths, without waiting (its optional background_errors_now()).
         self.deaths: Callable[[], Sequence[str]] | None = None
@@ -40,8 +41,11 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{path.stem}", daemon=True)
         self._thread.start()
 
-    def phase(self, text: str) -> None:
+    def phase(self, text: str, *, setup: bool = False) -> None:
+        """setup: a step that builds rather than runs (joining the group, building a cache: imports, pools, threads),
+        which a loaded machine can stretch far past the hang bound; the parent judges it by the startup bound."""
         self._phase = text
+        self._setup = setup
         self._write()
 
     def _write(self, *, deaths: bool = False) -> None:
@@ -50,6 +54,7 @@ class Heartbeat:
         beat = {
             "deaths": self._read_deaths() if deaths else self._last_deaths,
             "phase": self._phase,
+            "setup": self._setup,
             "last": events[-1].describe() if events else "",
             # What this rank entered, in order: on a hang the parent finds the first divergence.
             "collectives": [collective_name(e) for e in events if e.kind is EventKind.COLLECTIVE],

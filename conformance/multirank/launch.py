@@ -129,13 +129,19 @@ def launch(
 def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_s: float, startup_timeout_s: float) -> str | None:
     """Wait for every rank; a message naming each stuck rank's step when they stall or run too long.
 
-    A rank counts as stalled once its heartbeat has not changed for
-    hang_timeout_s; before its first heartbeat (process start, imports) the
-    bound is startup_timeout_s.
+    A rank counts as quiet once its heartbeat has not changed for
+    hang_timeout_s; before its first heartbeat (process start, imports) and
+    while its heartbeat names a setup step (joining the group, building a
+    cache), the bound is startup_timeout_s. The run is stalled when every
+    live rank is quiet.
     """
     start = time.monotonic()
     beats: dict[int, str] = {}
-    changed: dict[int, float] = {rank: start + startup_timeout_s - hang_timeout_s for rank in range(len(procs))}
+    changed: dict[int, float] = {rank: start for rank in range(len(procs))}
+
+    def bound_of(rank: int) -> float:
+        beat = beats.get(rank)
+        return startup_timeout_s if beat is None or _parse_beat(beat).get("setup") else hang_timeout_s
     while True:
         alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
         if not alive:
@@ -150,7 +156,7 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
                 changed[rank] = now
         alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
         quiet = min((now - changed[r] for r in alive), default=0.0)
-        stalled = bool(alive) and quiet >= hang_timeout_s
+        stalled = bool(alive) and all(now - changed[r] >= bound_of(r) for r in alive)
         if alive and not stalled and quiet >= min(1.0, hang_timeout_s):
             # Ranks that entered different collectives at the same position can never
             # make progress together: no need to wait out the whole bound.
@@ -187,7 +193,7 @@ def _parse_beat(text: str) -> dict[str, Any]:
     try:
         return json.loads(text)
     except ValueError:
-        return {"phase": "starting", "last": "", "collectives": []}
+        return {"phase": "starting", "setup": True, "last": "", "collectives": []}
 
 
 def _per_group(per_rank: Mapping[int, Sequence[str]]) -> dict[str | None, dict[int, list[str]]]:

@@ -34,7 +34,7 @@ def rank_main(plan: Launch, rank: int) -> None:
     out_path = workdir / f"results{rank}.pkl"
     status = 0
     try:
-        heartbeat.phase("joining the process group")
+        heartbeat.phase("joining the process group", setup=True)
         torch.set_num_threads(1)  # several ranks share few cores
         if sys.platform == "linux":
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -114,3 +114,37 @@ def test_a_rank_that_wrote_no_heartbeat_yet_is_under_the_startup_bound(tmp_path)
         for proc in procs:
             proc.join(30.0)
     assert message is None, f"a rank still starting was reported stalled: {message}"
+
+
+def _beat_then_sleep(path: str, beat: str, seconds: float) -> None:
+    import time
+    from pathlib import Path
+
+    Path(path).write_text(beat)
+    time.sleep(seconds)
+
+
+def _supervise_one_quiet_rank(tmp_path, *, setup: bool) -> str | None:
+    import json
+    import multiprocessing
+
+    from conformance.multirank.launch import _supervise
+
+    beat = json.dumps({"phase": "scenario 0 creating cache 0", "setup": setup, "last": "", "collectives": [], "deaths": []})
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_beat_then_sleep, args=(str(tmp_path / "heartbeat0.txt"), beat, 1.5))]
+    for proc in procs:
+        proc.start()
+    try:
+        return _supervise(procs, tmp_path, hang_timeout_s=0.3, total_timeout_s=30.0, startup_timeout_s=20.0)
+    finally:
+        for proc in procs:
+            proc.join(30.0)
+
+
+def test_a_rank_building_its_cache_is_under_the_startup_bound_not_the_hang_bound(tmp_path):
+    """Building a cache (an upstream tree's imports, pools and threads) on a loaded machine can take longer than the
+    hang bound without a new heartbeat: a setup step is judged by the startup bound, a running step by the hang bound."""
+    assert _supervise_one_quiet_rank(tmp_path, setup=True) is None
+    message = _supervise_one_quiet_rank(tmp_path, setup=False)
+    assert message is not None and "hung at step 'scenario 0 creating cache 0'" in message, message
