@@ -178,6 +178,19 @@ class BuiltinAdapter:
         owner = next(c for c in cls.__mro__ if "vote_group_rule" in vars(c))
         return (f"{owner.__module__.replace('.', '/')}.py: {owner.__name__}.vote_group_rule = {owner.vote_group_rule!r}",)
 
+    @property
+    def deployment(self) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
+        """The scenario preconditions this cache's deployment does not produce (spec/preconditions.py), where its class says so."""
+        cls = self.cache_class()
+        # A class that says nothing serves models that may run attention context parallelism: it is judged there.
+        if getattr(cls, "runs_attention_context_parallel", True):
+            return {}
+        owner = next(c for c in cls.__mro__ if "runs_attention_context_parallel" in vars(c))
+        path = owner.__module__.replace(".", "/") + ".py"
+        return {"attention_cp_with_dp_attention": (False, (
+            f"{path}: {owner.__name__}.runs_attention_context_parallel = False: the models it serves run no attention "
+            f"context parallelism, so its tp group spans every rank that holds a request",))}
+
     def configure(self, fields: Mapping[str, Any]) -> None:
         """Validate spec-named termination fields through this cache's own config."""
         from caches.config import CacheConfig

@@ -24,6 +24,9 @@ class HiMambaRadixCache(HierarchicalCache):
     supported_extra_pools = frozenset({MAMBA})
     required_extra_pools = frozenset({MAMBA})
     vote_group_rule = TP_RULE  # upstream's hi_mamba reduces over the tensor-parallel group only
+    # Its hybrid mamba models run no attention context parallelism (upstream's fork: only attention-only models read
+    # an attention CP group), so its tp group always spans the ranks that hold one request.
+    runs_attention_context_parallel = False
 
     def make_hooks(self) -> MambaStateHooks:
         return MambaStateHooks(self.tree, self.copies)

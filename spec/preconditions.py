@@ -29,6 +29,14 @@ _PRECONDITIONS = [
         "a scheduler that receives requests per rank, or aborts on a rank-local cause, without broadcasting the abort",
     ),
     Precondition(
+        "attention_cp_with_dp_attention",
+        "The model runs attention context parallelism with data-parallel attention: a request's KV is split across "
+        "the ranks of its attention context-parallel group, and the scheduler hands the cache its attention "
+        "tensor-parallel group as its tensor-parallel group (as small as one rank).",
+        "DSA prefill context parallelism under --enable-dp-attention (attn_cp_size = tp_size // dp_size, attention "
+        "tensor parallelism of one rank), the cache built with tp_cache_group = the attention TP group",
+    ),
+    Precondition(
         "rank_local_abort_clock",
         "The scheduler aborts a waiting request when its own rank's clock passes a deadline, without agreeing the abort across ranks, "
         "so ranks can abort the same request at different steps.",

@@ -10,13 +10,14 @@ found plus, for each class the checkout lacks, its name and why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from caches import adapters as builtin
 from caches.adapters import CacheSession, config_for
 from caches.upstream_decision.caches import UPSTREAM_DECISION_CACHES
+from caches.upstream_decision.deployment import attention_cp_deployment
 from caches.upstream_decision.names import ENTRY_METHOD, UPSTREAM_CLASSES
 from caches.upstream_decision.source import ClassUnavailable, checkout_dir, extract
 
@@ -38,6 +39,8 @@ class UpstreamDecisionAdapter:
     # The groups its class reduces votes over (X2), read from the class's code (group_rule.py).
     vote_group_rule: str = "attention"
     vote_group_evidence: tuple[str, ...] = ()
+    # Scenario preconditions the checkout's models say its deployment of the class does not produce (deployment.py).
+    deployment: Mapping[str, tuple[bool, tuple[str, ...]]] = field(default_factory=dict)
 
     def create(self, env: Any) -> CacheSession:
         cls = UPSTREAM_DECISION_CACHES[self.key]
@@ -71,5 +74,6 @@ def sglang_adapters(checkout: str | Path) -> tuple[list[UpstreamDecisionAdapter]
         rule, rule_evidence = decision.group_rule
         adapters.append(UpstreamDecisionAdapter(name, base.default_extra_pools, base.capabilities, str(root), key,
                                                 profile_evidence=evidence, vote_group_rule=rule,
-                                                vote_group_evidence=(rule_evidence,)))
+                                                vote_group_evidence=(rule_evidence,),
+                                                deployment=attention_cp_deployment(root, key)))
     return adapters, missing

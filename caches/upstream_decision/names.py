@@ -33,7 +33,7 @@ SELF_NAMES = {
     "prefetch_timeout_config.max": "TerminationConfig.timeout_max_s",
     "prefetch_timeout_base": "TerminationConfig.timeout_base_s",
     "prefetch_timeout_per_page": "page_size / 1024 * TerminationConfig.timeout_per_ki_token_s (as upstream's _apply_storage_runtime_config derives it)",
-    "tp_world_size": "the world size of the cache's reducer (1 without a process group)",
+    "tp_world_size": "the world size of the cache's tp group when it was given several (process_groups), else of its reducer (1 without a process group)",
     "tp_group": "a handle on the cache's tp group (process_groups), else on its process group; torch.distributed calls on it go to that group",
     "attn_cp_group": "a handle on the cache's attention context-parallel group when it was given one (process_groups), else None",
     "attn_tp_group": "a handle on the cache's attention tensor-parallel group when it was given one (process_groups), else None (upstream then reduces over tp_group)",

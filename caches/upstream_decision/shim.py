@@ -79,7 +79,9 @@ SELF_VALUES: dict[str, Callable[[HierarchicalCache, "DecisionCall"], Any]] = {
     "prefetch_timeout_config": _timeout_config,
     "prefetch_timeout_base": lambda cache, call: cache.termination.timeout_base_s,
     "prefetch_timeout_per_page": lambda cache, call: cache.page_size / 1024 * cache.termination.timeout_per_ki_token_s,
-    "tp_world_size": lambda cache, call: cache.world_size,
+    # The size of the group upstream's scheduler hands the cache as its tp group: with DP attention, its attention
+    # TP group (one rank under DSA's context parallelism), not the world.
+    "tp_world_size": lambda cache, call: (call.handle("tp") or call.group).world_size,
     "tp_group": lambda cache, call: call.handle("tp") or call.group,
     "attn_cp_group": lambda cache, call: call.handle("attn_cp"),
     "attn_tp_group": lambda cache, call: call.handle("attn_tp"),

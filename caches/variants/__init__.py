@@ -32,6 +32,7 @@ from caches.variants.split_head_unbacked import split_head_unbacked
 from caches.variants.upstream_shapes import upstream_pre_fix, upstream_vote_forcing
 from caches.variants.upstream_windows import upstream_windows
 from caches.variants.vote_over_attn_tp_only import vote_over_attn_tp_only
+from caches.variants.vote_over_tp_group_only import vote_over_tp_group_only
 from caches.variants.vote_reads_live_progress import vote_reads_live_progress
 from caches.variants.window_agreed_locally import window_agreed_locally
 from caches.variants.window_counts_leading_pages import window_counts_leading_pages
@@ -56,6 +57,7 @@ EXPECTED_FAILURES = {
     "state_attached_locally": ("F4",),
     "sidecar_hit_unreduced": ("S4", "F3"),
     "vote_over_attn_tp_only": ("X1",),
+    "vote_over_tp_group_only": ("X1",),
     "vote_reads_live_progress": ("F2",),
     "snapshot_before_mark": ("F2", "F11"),
     "namespace_dtype_by_width": ("S6",),
@@ -76,4 +78,4 @@ __all__ = ["guard_missing", "guard_on_vote", "guard_after_reduce", "upstream_win
            "namespace_ignores_layout", "namespace_ignores_world_size", "vote_reads_live_progress", "snapshot_before_mark", "namespace_dtype_by_width",
            "free_ignores_load_backs", "anchor_pin_released_early", "close_returns_quietly",
            "window_counts_leading_pages", "degraded_key_kept", "split_head_unbacked", "drain_skipped_when_idle", "state_attached_locally",
-           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "state_slot_of_the_path", "abort_path_tells_cache_nothing", "EXPECTED_FAILURES", "ONLY_THESE"]
+           "sidecar_hit_unreduced", "vote_over_attn_tp_only", "vote_over_tp_group_only", "state_slot_of_the_path", "abort_path_tells_cache_nothing", "EXPECTED_FAILURES", "ONLY_THESE"]

@@ -355,6 +355,10 @@ def scenario_raise_on_rank(ctx: RankContext, failing_rank: int) -> None:
 GROUP_LAYOUTS: dict[str, dict[str, list[list[int]]]] = {
     # Four ranks as 2x2: attention tensor-parallel pairs {0,1} {2,3} across context-parallel pairs {0,2} {1,3}.
     "2x2": {"tp": [[0, 1, 2, 3]], "attn_tp": [[0, 1], [2, 3]], "attn_cp": [[0, 2], [1, 3]]},
+    # Two ranks of one data-parallel attention replica, one context-parallel pair: with DP attention the scheduler
+    # hands each cache its attention TP group as its tp group, here each rank alone (precondition
+    # attention_cp_with_dp_attention).
+    "cp2_dp_attention": {"tp": [[0], [1]], "attn_tp": [[0], [1]], "attn_cp": [[0, 1]]},
 }
 
 

@@ -313,6 +313,35 @@ def grid_vote_groups(rank: int, rule: str) -> set[str]:
     return {group_label(kind, mine[kind]) for kind in vote_group_kinds({k: len(g) for k, g in mine.items()}, rule)}
 
 
+CP_UNDER_DP_ATTENTION = "cp2_dp_attention"
+
+
+@pytest.mark.precondition("attention_cp_with_dp_attention")
+@pytest.mark.clause("S4", "X2", "L1", "L3")
+@pytest.mark.needs("vote_groups")
+@pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
+def test_context_parallel_ranks_finish_together_when_the_tp_group_is_one_rank(run_ranks, impl, require, policy):
+    """Two ranks of one context-parallel pair, each its own tp group (DP attention hands the cache its attention TP
+    group): they hold shards of one request, so their votes must meet on the pair's attention CP group.
+
+    Rank r's KV completes at step r + 1. A vote reduced over the tp group alone is each rank's own: rank 0 finishes a
+    step before rank 1, and the pair's shards of the request are used at different steps.
+    """
+    (skewed,) = run_ranks([Scenario("in_groups", {"layout": CP_UNDER_DP_ATTENTION, "inner": "skewed_kv", "policy": policy})], 2)
+    last = f"cache 0 check {2 if extra_pools(skewed) else 1}"
+    finished = skewed.finished_at("r1")
+    if finished != {rank: (last, full(skewed)) for rank in range(2)}:
+        votes = {r.rank: sorted({e.group or "its one group" for e in r.traces[0].events
+                                 if e.kind is EventKind.COLLECTIVE and e.value == VOTE_COLLECTIVE}) or ["none"]
+                 for r in skewed.ranks}
+        pair = group_label("attn_cp", [0, 1])
+        pytest.fail(
+            f"S4: ranks 0 and 1 hold shards of one request (one attention context-parallel group, {pair}) and finished r1 "
+            f"apart: {finished}; both must finish at {last}, when the slower rank's IO ended. Their votes ran on "
+            f"{votes}, never on {pair}: with DP attention the cache's tp group is each rank alone, so a "
+            f"vote over it alone reaches no peer (X2: each attention group larger than one rank)")
+
+
 @pytest.mark.precondition("abort_on_one_rank")
 @pytest.mark.clause("X2", "X4", "L3", "S4", "R2")
 @pytest.mark.needs("vote_groups")

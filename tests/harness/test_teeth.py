@@ -84,6 +84,8 @@ RUNS = {
     "anchor_pins": Selection("test_anchor_pins", ("anchor_pin_released_early",), "hiradix"),
     # The window's last page lost after the existence check.
     "damaged_pages": Selection("test_damaged_pages", ("window_counts_leading_pages",), "unified_radix_swa"),
+    # A context-parallel pair whose tp group is each rank alone (DP attention): a vote over the tp group reaches no peer.
+    "cp_under_dp_attention": Selection("context_parallel_ranks", ("vote_over_tp_group_only",), "unified_radix"),
     # Four ranks as 2x2 vote groups; one rank's extra vote on one group.
     "groups": Selection("2x2", ("extra_vote_on_one_group",), "unified_radix"),
     # The cross-rank explorer finds each cross-rank class from what it explores, no scenario naming the defect.

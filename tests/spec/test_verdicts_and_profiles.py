@@ -65,7 +65,7 @@ def test_an_unknown_outcome_or_profile_is_one_line():
     with pytest.raises(ConfigError, match="invalid precondition: 'aborts'"):
         precondition("aborts")
     assert profile(None).id == DEFAULT_PROFILE == FENCED_VOTE.id
-    assert set(PRECONDITIONS) == {"abort_on_one_rank", "rank_local_abort_clock", "rank_local_backups", "rank_local_host_room",
+    assert set(PRECONDITIONS) == {"abort_on_one_rank", "attention_cp_with_dp_attention", "rank_local_abort_clock", "rank_local_backups", "rank_local_host_room",
                                  "shared_storage_across_configs"}
 
 
