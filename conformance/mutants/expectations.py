@@ -81,6 +81,10 @@ BY_ROLE: dict[tuple[str, str], tuple[str, ...]] = {
     # (F4, F10, S1), or replaces one the node already carries, whose slot then never ends (F8, S3).
     ("remove_guard", "attach"): ("F4", "F10", "S1", "F8", "S3"),
     ("free_before_io_end", "copy_free"): ("F9",),
+    # A guard of the integrity check fails either way: a damaged page passes as whole (S7), or, where the guard picks
+    # the algorithm or accepts a whole page, every read of a whole page is refused, and the commit drops pages that
+    # loaded (F11).
+    ("remove_guard", "integrity"): ("S7", "F11"),
     # A guard of load-back: without it a state with no device slot is copied nowhere, where the usable match
     # must end at a state the device holds (F4), or a failed copy's garbage is served (S5) or freed under IO (F9, S1).
     ("remove_guard", "load_back"): ("F4", "S5", "F9", "S1"),

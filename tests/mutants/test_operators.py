@@ -318,3 +318,16 @@ def test_remove_guard_says_whether_its_test_makes_a_call_or_orders_two_counts(tm
                 return
         """, "remove_guard", role="io_thread")
     assert [(m.line, m.expected) for m in mutants] == [(3, ("F1", "S2")), (5, ("L4", "L1")), (7, ("F3",))]
+
+
+def test_remove_guard_in_an_integrity_check_breaks_s7_or_drops_whole_pages_f11(tmp_path):
+    """Deleting the branch that picks the checksum algorithm makes every check refuse: no damage is served (S7
+    holds) and every whole page that loaded is dropped (F11); deleting a comparison lets damage through (S7)."""
+    source = dedent("""
+        def checksum(algorithm, page):
+            if algorithm == "sum64":
+                return sum(page)
+            raise ValueError(algorithm)
+        """)
+    m = only(mutate(tmp_path, source, "remove_guard", function="checksum", role="integrity"))
+    assert m.expected == ("S7", "F11")
