@@ -146,6 +146,12 @@ class CacheSession:
         self.cache.close()
 
 
+def _declared_at(cls: type, attribute: str) -> str:
+    """'<module path>.py: <Class>.<attribute> = <value>', naming the class in cls's MRO that sets it."""
+    owner = next(c for c in cls.__mro__ if attribute in vars(c))
+    return f"{owner.__module__.replace('.', '/')}.py: {owner.__name__}.{attribute} = {vars(owner)[attribute]!r}"
+
+
 @dataclass(frozen=True)
 class BuiltinAdapter:
     """A built-in cache in one configuration: `name` is the adapter's, `cache` the cache class's (default: the name)."""
@@ -174,9 +180,7 @@ class BuiltinAdapter:
 
     @property
     def vote_group_evidence(self) -> tuple[str, ...]:
-        cls = self.cache_class()
-        owner = next(c for c in cls.__mro__ if "vote_group_rule" in vars(c))
-        return (f"{owner.__module__.replace('.', '/')}.py: {owner.__name__}.vote_group_rule = {owner.vote_group_rule!r}",)
+        return (_declared_at(self.cache_class(), "vote_group_rule"),)
 
     @property
     def deployment(self) -> Mapping[str, tuple[bool, tuple[str, ...]]]:
@@ -185,10 +189,8 @@ class BuiltinAdapter:
         # A class that says nothing serves models that may run attention context parallelism: it is judged there.
         if getattr(cls, "runs_attention_context_parallel", True):
             return {}
-        owner = next(c for c in cls.__mro__ if "runs_attention_context_parallel" in vars(c))
-        path = owner.__module__.replace(".", "/") + ".py"
         return {"attention_cp_with_dp_attention": (False, (
-            f"{path}: {owner.__name__}.runs_attention_context_parallel = False: the models it serves run no attention "
+            f"{_declared_at(cls, 'runs_attention_context_parallel')}: the models it serves run no attention "
             f"context parallelism, so its tp group spans every rank that holds a request",))}
 
     def configure(self, fields: Mapping[str, Any]) -> None:

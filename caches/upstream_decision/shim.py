@@ -81,8 +81,8 @@ SELF_VALUES: dict[str, Callable[[HierarchicalCache, "DecisionCall"], Any]] = {
     "prefetch_timeout_per_page": lambda cache, call: cache.page_size / 1024 * cache.termination.timeout_per_ki_token_s,
     # The size of the group upstream's scheduler hands the cache as its tp group: with DP attention, its attention
     # TP group (one rank under DSA's context parallelism), not the world.
-    "tp_world_size": lambda cache, call: (call.handle("tp") or call.group).world_size,
-    "tp_group": lambda cache, call: call.handle("tp") or call.group,
+    "tp_world_size": lambda cache, call: call.tp_group().world_size,
+    "tp_group": lambda cache, call: call.tp_group(),
     "attn_cp_group": lambda cache, call: call.handle("attn_cp"),
     "attn_tp_group": lambda cache, call: call.handle("attn_tp"),
 }
@@ -209,6 +209,10 @@ class DecisionCall:
         """The cache's group of `kind`, when the cache was given one (process_groups); else None, as upstream has."""
         reducer = self.bound.cache.kind_reducers.get(kind)
         return GroupHandle(self, reducer, kind) if reducer is not None else None
+
+    def tp_group(self) -> GroupHandle:
+        """What `self.tp_group` is: the cache's tp group when it was given one (process_groups), else its own group."""
+        return self.handle("tp") or self.group
 
     def group_of(self, group: Any) -> GroupHandle:
         if not (isinstance(group, GroupHandle) and group.call is self):

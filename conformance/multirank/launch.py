@@ -138,10 +138,7 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
     start = time.monotonic()
     beats: dict[int, str] = {}
     changed: dict[int, float] = {rank: start for rank in range(len(procs))}
-
-    def bound_of(rank: int) -> float:
-        beat = beats.get(rank)
-        return startup_timeout_s if beat is None or _parse_beat(beat).get("setup") else hang_timeout_s
+    bound: dict[int, float] = {rank: startup_timeout_s for rank in range(len(procs))}  # set again at each new heartbeat
     while True:
         alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
         if not alive:
@@ -154,9 +151,10 @@ def _supervise(procs: list, workdir: Path, hang_timeout_s: float, total_timeout_
             if beat and beat != beats.get(rank):
                 beats[rank] = beat
                 changed[rank] = now
+                bound[rank] = startup_timeout_s if _parse_beat(beat).get("setup") else hang_timeout_s
         alive = [rank for rank, p in enumerate(procs) if p.exitcode is None]
         quiet = min((now - changed[r] for r in alive), default=0.0)
-        stalled = bool(alive) and all(now - changed[r] >= bound_of(r) for r in alive)
+        stalled = bool(alive) and all(now - changed[r] >= bound[r] for r in alive)
         if alive and not stalled and quiet >= min(1.0, hang_timeout_s):
             # Ranks that entered different collectives at the same position can never
             # make progress together: no need to wait out the whole bound.
