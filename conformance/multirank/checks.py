@@ -59,7 +59,21 @@ def scenario_problems(outcome: ScenarioOutcome) -> list[str]:
             if _traced_leak(leak, leaked)]
     out += _same_decisions(outcome)
     out += _same_requested(outcome)
-    return _after_a_collective_mismatch(out)
+    return _after_a_collective_mismatch(_after_a_commit_mismatch(out))
+
+
+def _after_a_commit_mismatch(problems: list[str]) -> list[str]:
+    """Ranks that committed different lengths (S4) are named for that; slots a rank then kept (F8) are its consequence.
+
+    Each rank's tree holds what that rank committed: once they disagree, the
+    pages one rank inserted and its peer never did stay on that rank alone
+    through evict_all, so its accounting leak follows from the disagreement.
+    """
+    mismatch = [p for p in problems if _names(p, "S4")]
+    if not mismatch:
+        return problems
+    rest = [p for p in problems if p not in mismatch]
+    return mismatch + [f"{CONSEQUENCE}{unlabelled(p)}" if _names_only(p, {"F8"}) else p for p in rest]
 
 
 def _after_a_collective_mismatch(problems: list[str]) -> list[str]:
@@ -74,6 +88,12 @@ def _after_a_collective_mismatch(problems: list[str]) -> list[str]:
         return problems
     rest = [p for p in problems if p not in mismatch]
     return mismatch + [p if p.startswith(CONSEQUENCE) else f"{CONSEQUENCE}{unlabelled(p)}" for p in rest]
+
+
+def _names_only(problem: str, clauses: set[str]) -> bool:
+    """Whether every clause the message names as its own finding is one of `clauses` (and it names one)."""
+    named = {c for m in CLAUSE_LABEL.finditer(problem) for c in m.group(1).split("/")}
+    return not problem.startswith(CONSEQUENCE) and bool(named) and named <= clauses
 
 
 def _names(problem: str, clause: str) -> bool:
@@ -198,29 +218,49 @@ def expected_commit_pages(outcome: ScenarioOutcome, request_id: str, cache: int 
     its TERMINATE), never from the length the implementation reports. None
     when some rank never terminated the request.
     """
-    pages = []
+    local = _committable_by_rank(outcome, request_id, cache)
+    return None if local is None else min(local.values())
+
+
+def _committable_by_rank(outcome: ScenarioOutcome, request_id: str, cache: int) -> dict[int, int] | None:
+    """rank -> pages that rank could vouch for at its terminate; None when some rank never terminated the request."""
+    local = {}
     for r in outcome.ranks:
-        local = committable_at_terminate(r.traces[cache].events, request_id, r.pools, outcome.ranks[0].configs[cache].page_size)
-        if local is None:
+        pages = committable_at_terminate(r.traces[cache].events, request_id, r.pools, outcome.ranks[0].configs[cache].page_size)
+        if pages is None:
             return None
-        pages.append(local)
-    return min(pages)
+        local[r.rank] = pages
+    return local
 
 
 def _commit_oracle_problems(outcome: ScenarioOutcome, cache: int, config: TerminationConfig) -> list[str]:
     out = []
     ops = sorted({e.op for r in outcome.ranks for e in r.traces[cache].events if e.kind is EventKind.COMMIT})
     for op in ops:
-        want = expected_commit_pages(outcome, op, cache)
-        if want is None:
+        local = _committable_by_rank(outcome, op, cache)
+        if local is None:
             continue
         got = outcome.commits(op, cache)
-        spec = want * config.page_size
+        spec = min(local.values()) * config.page_size
         if all(tokens == spec for tokens in got.values()):
             continue
-        # Ranks that differ break S4 whatever the fence says; a length every rank shares is F3's if above the fence, F11's if below.
+        # Ranks that differ break S4; a length past the fence is F3's, unless the fence is low only because
+        # some rank left the request on its own (revoked or aborted it) while its peers, each within the pages
+        # it loaded itself, committed: that is the disagreement, and those commits follow from it.
         clauses = ["S4"] if len(set(got.values())) > 1 else []
-        clauses += ["F3"] if any(tokens > spec for tokens in got.values()) else []
+        past_fence = any(tokens > spec for tokens in got.values())
+        if past_fence and not (clauses and _left_alone(outcome, op, cache, local, got, config.page_size)):
+            clauses.append("F3")
         clauses += ["F11"] if not clauses else []
         out.append(f"{'/'.join(clauses)}: {op}: the fence's commit is {spec} tokens (MIN over ranks of loaded pages at terminate); committed {got}")
     return out
+
+
+def _left_alone(outcome: ScenarioOutcome, op: str, cache: int, local: dict[int, int], got: dict[int, int], page_size: int) -> bool:
+    """Whether the ranks at the fence's MIN revoked `op` on their own while some peer did not, and no rank committed
+    past the pages it loaded itself."""
+    revoked = {r.rank for r in outcome.ranks if any(e.kind is EventKind.REVOKE and e.op == op for e in r.traces[cache].events)}
+    lowest = min(local.values())
+    at_min = {rank for rank, pages in local.items() if pages == lowest}
+    within_own = all(tokens <= local.get(rank, 0) * page_size for rank, tokens in got.items())
+    return at_min <= revoked and bool(set(local) - revoked) and within_own
