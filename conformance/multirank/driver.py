@@ -233,6 +233,9 @@ class CacheHandle:
                 self.ctx.result.leaks.append(f"F8: cache {self.index} {name}: {allocated} of {capacity} slots still allocated after every prefetch ended and evict_all()")
             if allocated + free != capacity:
                 self.ctx.result.leaks.append(f"S3: cache {self.index} {name}: allocated {allocated} + free {free} != capacity {capacity}")
+        # Closing joins the cache's threads, each join within its own bound (a storage thread whose loop caught an
+        # error stays alive and runs out its join's bound): a teardown step, judged like setup by the startup bound.
+        self.ctx.phase(f"cache {self.index}: closing", setup=True)
         self.cache.close()
         self.ctx.result.leftover_threads += [t.name for t in self.cache.threads() if t.is_alive()]
         self.ctx.result.unfired_faults += [f"the fault '{fault}' (cache {self.index}) never fired" for fault in self.valve.unfired()]

@@ -42,8 +42,9 @@ class Heartbeat:
         self._thread.start()
 
     def phase(self, text: str, *, setup: bool = False) -> None:
-        """setup: a step that builds rather than runs (joining the group, building a cache: imports, pools, threads),
-        which a loaded machine can stretch far past the hang bound; the parent judges it by the startup bound."""
+        """setup: a step that builds or tears down rather than runs (joining the group, building a cache: imports,
+        pools, threads; closing one: joining its threads, each within its own bound), which a loaded machine or a
+        bounded join can stretch past the hang bound; the parent judges it by the startup bound."""
         self._phase = text
         self._setup = setup
         self._write()

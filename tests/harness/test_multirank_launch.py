@@ -148,3 +148,14 @@ def test_a_rank_building_its_cache_is_under_the_startup_bound_not_the_hang_bound
     assert _supervise_one_quiet_rank(tmp_path, setup=True) is None
     message = _supervise_one_quiet_rank(tmp_path, setup=False)
     assert message is not None and "hung at step 'scenario 0 creating cache 0'" in message, message
+
+
+def test_a_rank_closing_its_cache_is_under_the_startup_bound_not_the_hang_bound(tmp_path):
+    """A close that joins threads within their own bounds outlasts the 1 s hang bound: not a stuck run."""
+    from conformance.multirank.records import AdapterRef
+
+    ref = AdapterRef("factory", "tests.harness.slow_close_adapter:slow_close_hiradix", "hiradix")
+    result = launch(ref, [Scenario("storage_miss_on_one_rank", {"missing_rank": 1})], world_size=2, device="cpu",
+                    workdir=tmp_path, hang_timeout_s=1.0)
+    assert not result.fatal, result.fatal
+    assert [scenario_problems(outcome) for outcome in result.outcomes] == [[]]
