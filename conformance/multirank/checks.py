@@ -90,15 +90,21 @@ def _after_a_collective_mismatch(problems: list[str]) -> list[str]:
     return mismatch + [p if p.startswith(CONSEQUENCE) else f"{CONSEQUENCE}{unlabelled(p)}" for p in rest]
 
 
+def _own_clauses(problem: str) -> set[str]:
+    """The clauses the message names as its own findings (a consequence names none)."""
+    if problem.startswith(CONSEQUENCE):
+        return set()
+    return {clause for m in CLAUSE_LABEL.finditer(problem) for clause in m.group(1).split("/")}
+
+
 def _names_only(problem: str, clauses: set[str]) -> bool:
-    """Whether every clause the message names as its own finding is one of `clauses` (and it names one)."""
-    named = {c for m in CLAUSE_LABEL.finditer(problem) for c in m.group(1).split("/")}
-    return not problem.startswith(CONSEQUENCE) and bool(named) and named <= clauses
+    """Whether the message names a clause of its own, and every one it names is one of `clauses`."""
+    own = _own_clauses(problem)
+    return bool(own) and own <= clauses
 
 
 def _names(problem: str, clause: str) -> bool:
-    """Whether the message names `clause` as its own finding (a consequence names none)."""
-    return not problem.startswith(CONSEQUENCE) and any(clause in m.group(1).split("/") for m in CLAUSE_LABEL.finditer(problem))
+    return clause in _own_clauses(problem)
 
 
 def _traced_leak(leak: str, leaked: set[tuple[int, str, str]]) -> bool:

@@ -19,6 +19,7 @@ from conformance.multirank import (
     order_cases,
     scenario_problems,
 )
+from conformance.multirank.records import AdapterRef
 
 
 def test_order_cases_cover_every_combination():
@@ -152,8 +153,6 @@ def test_a_rank_building_its_cache_is_under_the_startup_bound_not_the_hang_bound
 
 def test_a_rank_closing_its_cache_is_under_the_startup_bound_not_the_hang_bound(tmp_path):
     """A close that joins threads within their own bounds outlasts the 1 s hang bound: not a stuck run."""
-    from conformance.multirank.records import AdapterRef
-
     ref = AdapterRef("factory", "tests.harness.slow_close_adapter:slow_close_hiradix", "hiradix")
     result = launch(ref, [Scenario("storage_miss_on_one_rank", {"missing_rank": 1})], world_size=2, device="cpu",
                     workdir=tmp_path, hang_timeout_s=1.0)
