@@ -46,3 +46,4 @@ COLLECTIVE_S = bound(30.0)  # one collective or store wait across ranks
 STARTUP_S = bound(90.0)  # rank processes starting (importing torch and the implementation)
 LAUNCH_S = bound(300.0)  # one multi-rank launch, all its scenarios
 EXIT_S = bound(10.0)  # a thread or process told to stop (or killed) ending
+TEST_S = bound(900.0)  # one conformance test end to end, a backstop for a wait inside code nobody here wrote (plugin/watchdog.py)

@@ -18,7 +18,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.live import evidence, shims
+from conformance.bounds import STARTUP_S
+from conformance.live import evidence, extensions, shims
 from conformance.live.layout import Layout, Module
 from conformance.live.layouts import BY_KEY
 from conformance.live.modules import locate_module
@@ -108,6 +109,7 @@ def load(tree: SglangTree) -> Runtime:
     stand_in = shims.install_torchvision_stand_in()
     sys.path.insert(0, str(tree.import_root))
     os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "")  # each cache names its own directory
+    extensions.own_build_folder()
     layouts = [BY_KEY[key] for key in tree.layouts]
     notes: list[str] = []
     while True:
@@ -128,6 +130,11 @@ def load(tree: SglangTree) -> Runtime:
     clock = shims.InjectedTime()
     shims.inject_clock([m for k, m in modules.items() if k in CLOCKED], clock,
                        perf_counter_modules=[m for k, m in modules.items() if k in PERF_CLOCKED])
+    page_hash = extensions.tree_page_hash()
+    if page_hash is not None:
+        failure = extensions.build_ahead(page_hash, STARTUP_S)
+        if failure:
+            notes.append(failure)
     _RUNTIME = Runtime(tree, modules, direct_copy, clock, stand_in, modules["server_args"].ServerArgs, refused=refused, notes=notes,
                        host_pool_adds_a_page=_adds_a_page(modules["memory_pool_host"]),
                        fixed_thresholds=_fixed_settings(tree, running, notes))

@@ -127,6 +127,7 @@ def start_harness(config: pytest.Config) -> Any:
     from conformance.plugin.harness import build_harness
     from conformance.plugin.options import check_options
     from conformance.plugin.recorder import RECORDER_NAME, MatrixRecorder
+    from conformance.plugin.watchdog import WATCHDOG_NAME, Watchdog
 
     from conformance.bounds import time_scale
     from spec.errors import ConfigError
@@ -142,6 +143,8 @@ def start_harness(config: pytest.Config) -> Any:
         devices.pin_worker_gpu(workerinput["workerid"])  # before anything initializes CUDA in this worker
     harness = build_harness(config)
     config.stash[_HARNESS] = harness
+    if not config.pluginmanager.has_plugin(WATCHDOG_NAME):
+        config.pluginmanager.register(Watchdog(), WATCHDOG_NAME)
     if workerinput is None:
         config.pluginmanager.register(MatrixRecorder(harness, config, started=started), RECORDER_NAME)
     return harness
