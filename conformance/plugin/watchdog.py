@@ -44,6 +44,9 @@ class Watchdog:
         finally:
             timer.cancel()
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.stream.close()  # the duplicated descriptor: a session run in-process must not leak one per run
+
     def expire(self, nodeid: str) -> None:
         self.stream.write(f"hicache-conformance: {nodeid} did not finish within {self.seconds:g} s (the bound on one "
                           f"conformance test; {SCALE_ENV} scales it): every thread's stack follows, then this process ends\n")
