@@ -14,7 +14,7 @@ from conformance.live.layouts.unified import ALLOCATE_STORAGE_HIT, LAYOUT as UNI
 
 ALLOCATES_INLINE = (
     replace(ALLOCATE_STORAGE_HIT, what="allocate_storage_hit of the 0.5.22+ drain", absent=True),
-    Mark("srt/mem_cache/unified_radix_cache.py", r"def _try_alloc_storage_hit\b", "the drain's inline hit allocation (_try_alloc_storage_hit)"),
+    Mark("srt/mem_cache/unified_radix_cache.py", r"def _try_alloc_storage_hit\b", "inline hit allocation in the drain (_try_alloc_storage_hit)"),
 )
 
 
